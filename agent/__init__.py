@@ -1,0 +1,1 @@
+"""Duplex voice agent."""

@@ -1,0 +1,25 @@
+"""Per-session limits: what one conversation may hold before it is told to slow down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    #: Base64 input audio waiting in the mailbox, in bytes.
+    max_pending_input_bytes: int = 4 * 1024 * 1024
+    #: Input audio held in the append buffer, in ms at the model rate.
+    max_buffered_input_ms: int = 10_000
+    #: Committed user turns waiting for the response in front of them.
+    max_pending_turns: int = 2
+    #: Audio one append may carry.
+    max_append_ms: int = 5_000
+    #: A session with no client event for this long is closed.
+    idle_timeout_s: float = 300.0
+
+    def max_append_samples(self, sample_rate: int) -> int:
+        return sample_rate * self.max_append_ms // 1000
+
+    def max_buffered_bytes(self, sample_rate: int) -> int:
+        return sample_rate * self.max_buffered_input_ms // 1000 * 4

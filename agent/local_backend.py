@@ -1,0 +1,59 @@
+"""The local backend: session runners over an in-process plugin and engine."""
+
+from __future__ import annotations
+
+from agent.backend import AdmissionError
+from agent.limits import SessionLimits
+from agent.runner import DuplexSessionRunner
+from agent.vad import SileroVadModel
+from plugins.contract import DuplexCapabilities, DuplexModelPlugin
+from plugins.engine import DuplexEngine
+
+
+class LocalBackend:
+    """Admits up to ``max_sessions`` conversations; each gets its own runner."""
+
+    def __init__(
+        self,
+        plugin: DuplexModelPlugin,
+        engine: DuplexEngine,
+        *,
+        max_sessions: int = 8,
+        limits: SessionLimits | None = None,
+        vad_model: SileroVadModel | None = None,
+    ) -> None:
+        self.plugin = plugin
+        self.engine = engine
+        self.max_sessions = max_sessions
+        self.limits = limits or SessionLimits()
+        self._vad_model = vad_model
+        self._capabilities = plugin.capabilities(max_sessions=max_sessions)
+        self._runners: dict[str, DuplexSessionRunner] = {}
+
+    @property
+    def capabilities(self) -> DuplexCapabilities:
+        return self._capabilities
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._runners)
+
+    async def open(self) -> DuplexSessionRunner:
+        if len(self._runners) >= self.max_sessions:
+            raise AdmissionError(f"all {self.max_sessions} sessions are in use; try again later")
+        runner = DuplexSessionRunner(
+            self.plugin,
+            self.engine,
+            self._capabilities,
+            limits=self.limits,
+            vad_model=self._vad_model,
+            on_close=lambda r: self._runners.pop(r.session_id, None),
+        )
+        self._runners[runner.session_id] = runner
+        runner.start()
+        return runner
+
+    async def close(self) -> None:
+        for runner in list(self._runners.values()):
+            await runner.close("server_shutdown")
+        await self.engine.close()

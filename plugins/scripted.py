@@ -1,0 +1,225 @@
+"""A scripted model: deterministic stages for tests and benchmarks of the runtime.
+
+Turn mode has two stages: a *listener* that counts the units of a user turn and
+"recognises" them as ``heard N units``, and a *speaker* that says a reply word
+by word, one tone chunk per word, at a scripted pace. Continuous mode has one
+stage that answers every loud unit with a tone unit and yields the floor after
+a few quiet ones. A ``Script`` sets the pace and injects failures; every unit
+a stage receives is logged with the loop time it arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from plugins.contract import (
+    DefaultDuplexModelSessionState,
+    DuplexAppendPlan,
+    DuplexCapabilities,
+    DuplexDataPlane,
+    DuplexFence,
+    DuplexModelPlugin,
+    DuplexModelSessionState,
+    DuplexOutputDecision,
+    DuplexRuntimeConfigError,
+    DuplexSessionConfig,
+    EncodeAudio,
+    reject_changed_runtime_value,
+    reject_private_runtime_keys,
+)
+from plugins.engine import StageOutput
+from plugins.inprocess_engine import InProcessEngine, PythonStage, StageRequest, StageYield
+from plugins.unit_packetizer import UnitPacketizer
+
+RATE = 16000
+
+
+@dataclass(slots=True)
+class Script:
+    input_mode: str = "turn"
+    unit_samples: int = 320
+    #: The speaker's reply; ``None`` answers "you said heard N units".
+    reply: str | None = "one two three four five six seven eight nine ten"
+    word_ms: float = 100.0
+    #: Delay between spoken words (generation pace).
+    word_delay_s: float = 0.0
+    #: Listener refuses the unit with this 1-based submit index.
+    fail_submit_at: int | None = None
+    #: Speaker raises after this many words.
+    fail_after_words: int | None = None
+    #: Continuous mode: quiet units before yielding the floor.
+    quiet_units_to_listen: int = 5
+    silence_continuation_samples: int = 320
+    unit_log: list[tuple[float, int]] = field(default_factory=list)
+    submits: int = 0
+    context: list[str] = field(default_factory=list)
+
+
+class ListenerStage(PythonStage):
+    def __init__(self, script: Script) -> None:
+        self.script = script
+
+    def accept(self, payload: object) -> None:
+        self.script.submits += 1
+        if self.script.fail_submit_at == self.script.submits:
+            raise RuntimeError("scripted submit failure")
+
+    async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
+        units = loud = quiet = 0
+        async for payload in request.inputs():
+            assert isinstance(payload, dict)
+            audio = np.frombuffer(payload["audio"], dtype="<f4")
+            units += int(payload["units"])
+            self.script.unit_log.append((asyncio.get_running_loop().time(), int(payload["units"])))
+            is_loud = float(np.abs(audio).max(initial=0.0)) > 0.05 and not payload.get("force_listen")
+            loud += is_loud
+            if self.script.input_mode != "continuous":
+                continue
+            if is_loud:
+                quiet = 0
+                yield StageYield({"audio": _tone(audio.size / RATE * 1000.0), "text": "mm"})
+            else:
+                quiet += 1
+                if quiet == self.script.quiet_units_to_listen:
+                    yield StageYield({"listen": True})
+        if self.script.input_mode == "turn":
+            yield StageYield({"transcript": f"heard {units} units" if loud else ""}, finished=True)
+
+
+class SpeakerStage(PythonStage):
+    def __init__(self, script: Script) -> None:
+        self.script = script
+
+    async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
+        spoken = 0
+        async for payload in request.inputs():
+            if not isinstance(payload, dict):
+                continue
+            heard = str(payload.get("transcript", ""))
+            reply = self.script.reply if self.script.reply is not None else f"you said {heard}"
+            for word in reply.split():
+                if self.script.fail_after_words is not None and spoken >= self.script.fail_after_words:
+                    raise RuntimeError("scripted speaker failure")
+                if self.script.word_delay_s:
+                    await asyncio.sleep(self.script.word_delay_s)
+                spoken += 1
+                yield StageYield({"audio": _tone(self.script.word_ms), "text": word})
+
+
+def _tone(duration_ms: float) -> np.ndarray:
+    t = np.arange(int(RATE * duration_ms / 1000)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+
+
+class ScriptedDataPlane(DuplexDataPlane):
+    def __init__(self, encode_audio: EncodeAudio) -> None:
+        self._encode = encode_audio
+        self._terminal: set[str] = set()
+
+    def begin_request(self, request_id: str) -> None:
+        self._terminal.discard(request_id)
+
+    def is_terminal(self, request_id: str | None) -> bool:
+        return request_id in self._terminal
+
+    def mark_terminal(self, request_id: str) -> None:
+        self._terminal.add(request_id)
+
+    def close_stream(self, request_id: str) -> None:
+        self._terminal.discard(request_id)
+
+    def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
+        self._terminal = {r for r in self._terminal if not r.startswith(session_id)}
+
+    def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]:
+        assert isinstance(result, StageOutput)
+        output = result.output
+        if result.finished:
+            self.mark_terminal(result.request_id)
+        if not isinstance(output, dict) or "audio" not in output:
+            return []
+        audio = output["audio"]
+        audio_ms = 1000.0 * len(audio) / RATE
+        text = str(output.get("text", ""))
+        return [
+            {"type": "response.output_audio.delta", "delta": self._encode(audio, RATE, "pcm16", None),
+             "sample_rate": RATE, "audio_ms": audio_ms, "marks": [{"text": text, "start_ms": 0.0, "end_ms": audio_ms}]},
+            {"type": "response.output_audio_transcript.delta", "delta": text + " "},
+        ]
+
+
+class ScriptedPlugin(DuplexModelPlugin):
+    plugin_id = "scripted"
+    private_runtime_config_keys = frozenset({"engine_seed", "stage_layout"})
+
+    def __init__(self, encode_audio: EncodeAudio, script: Script | None = None) -> None:
+        super().__init__(encode_audio)
+        self.script = script or Script()
+        self.silence_continuation_samples = self.script.silence_continuation_samples
+        self.data_plane = ScriptedDataPlane(encode_audio)
+
+    def build_local_engine(self) -> InProcessEngine:
+        stages: list[PythonStage] = [ListenerStage(self.script)]
+        if self.script.input_mode == "turn":
+            stages.append(SpeakerStage(self.script))
+        return InProcessEngine(stages)
+
+    def configure_sampling_params(self, *, runtime_config: dict[str, object], defaults: tuple[object, ...]) -> tuple[object, ...]:
+        return defaults
+
+    def plan_append(self, *, request_id: str, fence: DuplexFence, session_config: dict[str, object],
+                    runtime_config: dict[str, object], seq: int, turn_seq: int, payload: object, final: bool,
+                    sampling_params: object) -> DuplexAppendPlan:
+        return DuplexAppendPlan(request_id, 0, fence, payload, final, resumable=not final, sampling_params=sampling_params)
+
+    def decide_output(self, *, stage_id: int, final_stage_id: int, segment_finished: bool,
+                      segment_token_ids: tuple[int, ...], segment_output_metadata: dict[str, object],
+                      output: object) -> DuplexOutputDecision | None:
+        if not isinstance(output, dict):
+            return None
+        if output.get("listen") or output.get("transcript") == "":
+            return DuplexOutputDecision("listen", "no_speech" if "transcript" in output else "yield")
+        if "audio" in output:
+            return DuplexOutputDecision("speak")
+        return None
+
+    def user_transcript(self, *, stage_id: int, output: object, prompt: object, finished: bool) -> str | None:
+        if stage_id == 0 and finished and isinstance(output, dict) and output.get("transcript"):
+            return str(output["transcript"])
+        return None
+
+    def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
+        self.script.context.append(assistant_text)
+
+    def create_session_state(self) -> DuplexModelSessionState:
+        return DefaultDuplexModelSessionState(audio_buffer=UnitPacketizer(unit_samples=self.script.unit_samples, sample_rate=RATE))
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        return DuplexCapabilities(
+            plugin_id=self.plugin_id, input_sample_rate=RATE, unit_samples=self.script.unit_samples,
+            output_sample_rate=RATE, max_sessions=max_sessions, input_mode=self.script.input_mode,  # type: ignore[arg-type]
+        )
+
+    def validate_client_extra_body(self, extra_body: object) -> None:
+        reject_private_runtime_keys(extra_body, self.private_runtime_config_keys,
+                                    message="extra_body sets server-owned keys: ", error_cls=_PrivateKeyError)
+
+    async def prepare_runtime_config(self, config: DuplexSessionConfig, *, model_config: object | None) -> dict[str, object]:
+        return {"voice": config.voice or "tone"}
+
+    def runtime_config_for_update(self, config: DuplexSessionConfig, current: Mapping[str, object]) -> dict[str, object]:
+        reject_changed_runtime_value(config.voice or "tone", current.get("voice"), message="the voice is fixed once the session started",
+                                     code="session_field_immutable")
+        return dict(current)
+
+    def data_plane_context(self, **kwargs: object) -> object:
+        return kwargs
+
+
+class _PrivateKeyError(DuplexRuntimeConfigError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="private_runtime_key")
