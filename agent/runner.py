@@ -143,7 +143,9 @@ class DuplexSessionRunner:
         self._input_item_id: str | None = None
         self.active: ActiveResponse | None = None
         self._last_response: ActiveResponse | None = None
-        self._pending_turns: deque[tuple[int, str, PcmAppendReservation]] = deque()
+        #: Committed user turns whose input is closed, waiting for their response: (turn, item, request).
+        self._pending_turns: deque[tuple[int, str, str]] = deque()
+        self._committed_turns = 0
         self.history: list[HistoryItem] = []
         self._user_items_by_turn: dict[int, str] = {}
         self.dropped_stale_outputs = 0
@@ -184,11 +186,15 @@ class DuplexSessionRunner:
         """Queue an internal command behind the client's."""
         self._mailbox.put_nowait((0, command))
 
+    async def next_event(self) -> p.ServerEvent | None:
+        """The next server event, None once closed; safe to cancel (nothing is lost)."""
+        event = await self._events.get()
+        if event is None:
+            self._events.put_nowait(None)  # every later reader sees the end too
+        return event
+
     async def events(self) -> AsyncIterator[p.ServerEvent]:
-        while True:
-            event = await self._events.get()
-            if event is None:
-                return
+        while (event := await self.next_event()) is not None:
             yield event
 
     async def close(self, reason: str = "client_closed") -> None:
@@ -420,7 +426,7 @@ class DuplexSessionRunner:
     def _open_input_request(self) -> tuple[str, bool]:
         """The stage-0 request taking this input: per epoch (continuous) or per turn."""
         if self._input_request_id is None:
-            scope = f"e{self.epoch}" if self._capabilities.input_mode == "continuous" else f"t{self.turn_id + 1}"
+            scope = f"e{self.epoch}" if self._capabilities.input_mode == "continuous" else f"t{self._committed_turns + 1}"
             self._input_request_id = f"{self._session_id}-{scope}-in-{next(self._ids)}"
             return self._input_request_id, True
         return self._input_request_id, False
@@ -428,7 +434,7 @@ class DuplexSessionRunner:
     async def _submit_input(self, reservation: PcmAppendReservation, *, final: bool) -> str:
         request_id, opened = self._open_input_request()
         payload = dict(reservation.payload or {})
-        payload["duplex_turn_id"] = self.turn_id + (0 if self._capabilities.input_mode == "continuous" else 1)
+        payload["duplex_turn_id"] = self._committed_turns + (0 if self._capabilities.input_mode == "continuous" else 1)
         runtime = self.plugin.prepare_prompt_config(dict(self.runtime_config), state=self.state, payload=payload)
         plan = await self.plugin.prepare_append_plan(
             request_id=request_id,
@@ -485,10 +491,13 @@ class DuplexSessionRunner:
         reservation = self.state.audio_buffer.prepare_commit(
             operation_id=f"commit-{self._append_seq}", chunk_period_ms=round(self._capabilities.unit_ms)
         )
+        request_id = await self._submit_input(reservation, final=True)
+        self._input_request_id = None
+        self._committed_turns += 1
         self.state.input_since_commit = False
         self.state.speech_since_commit = False
         self._input_item_id = None
-        self._pending_turns.append((self.turn_id + 1, item_id, reservation))
+        self._pending_turns.append((self._committed_turns, item_id, request_id))
         if create_response:
             await self._start_next_turn()
         else:
@@ -502,15 +511,13 @@ class DuplexSessionRunner:
         await self._start_next_turn()
 
     async def _start_next_turn(self) -> None:
-        """Close the oldest waiting turn's input and open its response, unless one is running."""
+        """Open the response of the oldest waiting turn, unless a response is running."""
         if self.active is not None or not self._pending_turns:
             return
-        turn_id, item_id, reservation = self._pending_turns.popleft()
+        turn_id, item_id, request_id = self._pending_turns.popleft()
         self._commit_model_context()
         self.turn_id = turn_id
         response = self._open_response(turn_id)
-        request_id = await self._submit_input(reservation, final=True)
-        self._input_request_id = None
         response.request_ids.add(request_id)
         self._user_items_by_turn[turn_id] = item_id
         self._watch(request_id, 0, response=response)

@@ -1,0 +1,46 @@
+# make run: install and start the embedded default (reference model, 127.0.0.1:8080).
+# make test: install everything the tests need and run them.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8080
+PYTEST_ARGS ?=
+
+.PHONY: run test bench install install-dev system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Reinstall when the project's requirements change.
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[reference]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[reference,livekit,dev]'
+	touch $@ $(VENV)/.installed-run
+
+install: $(VENV)/.installed-run
+install-dev: $(VENV)/.installed-dev
+
+# Headless Chromium and its driver for the browser tests (Debian packages).
+system-deps:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+		else echo "note: chromium/chromedriver missing and cannot be installed here; browser tests will skip"; fi; \
+	fi
+
+run: install
+	HF_HUB_OFFLINE=1 $(BIN)/duplex-agent serve --host $(HOST) --port $(PORT)
+
+test: install-dev system-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: install-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from agent.audio import encode_wire_audio
+from agent.limits import SessionLimits
+from agent.local_backend import LocalBackend
+from agent.server import build_app
+from agent.settings import Settings
+from plugins.scripted import Script, ScriptedPlugin
+from tests.runtime.drivers import Driver, RunnerDriver, WebSocketDriver
+
+
+@pytest.fixture
+async def open_driver(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Any]]:
+    """open_driver(script, transport=..., **backend_kwargs) -> (driver, plugin, backend)."""
+    cleanups: list[Any] = []
+
+    async def factory(script: Script | None = None, *, transport: str = "runner", limits: SessionLimits | None = None,
+                      max_sessions: int = 4, engine: Any = None, config_timeout_s: float = 10.0):
+        plugin = ScriptedPlugin(encode_wire_audio, script or Script())
+        backend = LocalBackend(plugin, engine or plugin.build_local_engine(), max_sessions=max_sessions, limits=limits)
+        cleanups.append(backend.close)
+        if transport == "runner":
+            driver: Driver = await RunnerDriver.open(backend)
+        else:
+            app = build_app(backend, Settings(), with_webrtc=False, config_timeout_s=config_timeout_s)
+            server = TestServer(app, host="127.0.0.1")
+            await server.start_server()
+            cleanups.append(server.close)
+            driver = await WebSocketDriver.open(str(server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1))
+            driver.server = server  # type: ignore[attr-defined]
+            driver.backend = backend  # type: ignore[attr-defined]
+        cleanups.append(driver.close)
+        return driver, plugin, backend
+
+    yield factory
+    for cleanup in reversed(cleanups):
+        try:
+            await cleanup()
+        except Exception:
+            pass
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["runner", "websocket"])

@@ -1,0 +1,229 @@
+"""The runner's event sequences, driven directly and over the realtime websocket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from agent.limits import SessionLimits
+from plugins.inprocess_engine import InProcessEngine
+from plugins.scripted import ListenerStage, Script, SpeakerStage
+from tests.runtime.conftest import TRANSPORTS
+from tests.runtime.drivers import tone
+
+MANUAL = {"type": "session.update", "session": {"turn_detection": None, "input_sample_rate": 16000}}
+
+
+async def _exchange(driver, *, ms: float = 300.0) -> list[dict]:
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    await driver.append(tone(ms))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    _, seen = await driver.until("response.done")
+    return seen
+
+
+@TRANSPORTS
+async def test_append_speak_audio_done(open_driver, transport):
+    driver, plugin, _ = await open_driver(Script(reply="hello there friend"), transport=transport)
+    seen = await _exchange(driver)
+    kinds = [e["type"] for e in seen]
+    order = ["input_audio_buffer.committed", "response.created",
+             "conversation.item.input_audio_transcription.completed", "response.speak",
+             "response.output_audio.delta", "response.output_audio.done", "response.done"]
+    positions = [kinds.index(k) for k in order]
+    assert positions == sorted(positions), kinds
+    transcript = next(e for e in seen if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert transcript["transcript"] == "heard 15 units"  # 300 ms in 20 ms units
+    deltas = [e for e in seen if e["type"] == "response.output_audio.delta"]
+    assert [d["marks"][0]["text"] for d in deltas] == ["hello", "there", "friend"]
+    assert [d["audio_start_ms"] for d in deltas] == [0.0, 100.0, 200.0]
+    done = seen[-1]
+    assert done["status"] == "completed" and done["audio_ms"] == 300.0
+    if transport == "websocket":
+        seqs = [e["server_event_seq"] for e in seen]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+class SlowAbortEngine(InProcessEngine):
+    """Like a remote engine: an abort takes effect late, so old outputs keep arriving."""
+
+    async def abort(self, request_ids):
+        ids = list(request_ids)
+        await asyncio.sleep(0)
+        asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(InProcessEngine.abort(self, ids)))
+
+
+@TRANSPORTS
+async def test_barge_in_mid_response(open_driver, transport):
+    script = Script(word_delay_s=0.03)
+    engine = SlowAbortEngine([ListenerStage(script), SpeakerStage(script)])
+    driver, plugin, _ = await open_driver(script, transport=transport, engine=engine)
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    await driver.append(tone(200))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    created, _ = await driver.until("response.created")
+    response_id = created["response_id"]
+    for _ in range(3):
+        await driver.until("response.output_audio.delta")
+    # The edge's sequence: stop playout, cancel, acknowledge what was played.
+    await driver.send({"type": "response.cancel", "reason": "barge_in"})
+    await driver.send({"type": "playback.ack", "response_id": response_id, "played_ms": 150})
+    done, seen = await driver.until("response.done")
+    assert done["status"] == "cancelled" and done["reason"] == "barge_in"
+    cleared = await driver.recv()
+    assert cleared["type"] == "output_audio_buffer.cleared" and cleared["response_id"] == response_id
+
+    # Old-epoch outputs keep arriving for 0.3 s; none may reach the client.
+    await asyncio.sleep(0.5)
+    with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+        late = await driver.recv(timeout=0.2)
+        pytest.fail(f"late event after cancel: {late}")
+
+    # Next turn: the model's context holds only what was heard ("one", not "one two ...").
+    await driver.append(tone(200))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    await driver.until("response.created")
+    assert plugin.script.context == ["one"]
+    if driver.runner is not None:
+        assert driver.runner.dropped_stale_outputs > 0
+        assistant = [i for i in driver.runner.history if i.role == "assistant"][0]
+        assert assistant.heard_text == "one"
+
+
+@TRANSPORTS
+async def test_silence_continuation_does_not_drift(open_driver, transport):
+    script = Script(input_mode="continuous", unit_samples=320, silence_continuation_samples=320)
+    driver, plugin, _ = await open_driver(script, transport=transport)
+    await driver.send({"type": "session.update", "session": {"turn_detection": None}})
+    await driver.until("session.created")
+    await driver.append(tone(20))
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 10
+    while len(script.unit_log) < 101 and loop.time() < end:
+        await asyncio.sleep(0.05)
+    assert len(script.unit_log) >= 101
+    period = 0.02
+    anchor = script.unit_log[0][0]
+    times = [t for t, _ in script.unit_log[1:101]]
+    # Each unit lands on its slot of the schedule (k-th at anchor + k * period), so the
+    # error of the 100th is as small as the first's: no accumulation.
+    slots = [round((t - anchor) / period) for t in times]
+    errors = [t - (anchor + k * period) for t, k in zip(times, slots, strict=True)]
+    assert max(abs(e) for e in errors) < period / 2
+    assert all(b > a for a, b in zip(slots, slots[1:], strict=False)), "two units in one slot: a burst"
+    assert slots[-1] <= 100 + 5, "units fell behind the schedule"
+
+
+@TRANSPORTS
+async def test_failed_append_rolls_back_and_session_continues(open_driver, transport):
+    script = Script(fail_submit_at=3)
+    driver, _, _ = await open_driver(script, transport=transport)
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    await driver.append(tone(100))  # five 20 ms units; the third submit fails
+    error, _ = await driver.until("error")
+    assert error["error"]["code"] == "append_failed"
+    if driver.runner is not None:
+        await asyncio.sleep(0.05)
+        # The failed unit's bytes are back in front of the buffer.
+        assert driver.runner.state.audio_buffer.pending_byte_count >= 320 * 4
+    await driver.append(tone(100))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    done, _ = await driver.until("response.done")
+    assert done["status"] == "completed"
+
+
+@TRANSPORTS
+async def test_stage_failure_fails_the_response(open_driver, transport):
+    driver, _, _ = await open_driver(Script(fail_after_words=2), transport=transport)
+    seen = await _exchange(driver)
+    codes = [e["error"]["code"] for e in seen if e["type"] == "error"]
+    assert codes == ["stage_failed"]
+    assert seen[-1]["status"] == "failed"
+    seen = await _exchange_again(driver)
+    assert seen[-1]["type"] == "response.done"
+
+
+async def _exchange_again(driver) -> list[dict]:
+    await driver.append(tone(100))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    _, seen = await driver.until("response.done")
+    return seen
+
+
+@TRANSPORTS
+async def test_admission_refuses_past_max_sessions(open_driver, transport):
+    driver, _, backend = await open_driver(Script(), transport=transport, max_sessions=1)
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    if transport == "runner":
+        from agent.backend import AdmissionError
+
+        with pytest.raises(AdmissionError) as refused:
+            await backend.open()
+        assert refused.value.code == "resource_exhausted"
+    else:
+        from tests.runtime.drivers import WebSocketDriver
+
+        second = await WebSocketDriver.open(str(driver.server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1))
+        try:
+            await second.send(MANUAL)
+            error = await second.recv()
+            assert error["type"] == "error" and error["error"]["code"] == "resource_exhausted"
+        finally:
+            await second.close()
+    # The first session is unaffected.
+    seen = await _exchange_again(driver)
+    assert seen[-1]["status"] == "completed"
+
+
+@TRANSPORTS
+async def test_pending_turns_backpressure(open_driver, transport):
+    script = Script(word_delay_s=0.05)
+    driver, _, _ = await open_driver(script, transport=transport, limits=SessionLimits(max_pending_turns=1))
+    await driver.send({"type": "session.update", "session": {"turn_detection": None, "overlap_policy": "listen"}})
+    await driver.until("session.created")
+    for _ in range(3):  # one turn answering, one waiting, the third is refused
+        await driver.append(tone(60))
+        await driver.send({"type": "input_audio_buffer.commit"})
+    error, seen = await driver.until("error")
+    assert error["error"]["code"] == "input_backpressure"
+    committed = [e for e in seen if e["type"] == "input_audio_buffer.committed"]
+    assert len(committed) == 2
+    # Both accepted turns are answered, in order.
+    first, _ = await driver.until("response.done", timeout=5)
+    second, _ = await driver.until("response.done", timeout=5)
+    assert first["status"] == second["status"] == "completed"
+
+
+@TRANSPORTS
+async def test_pending_input_bytes_backpressure(open_driver, transport):
+    limits = SessionLimits(max_buffered_input_ms=200)
+    driver, _, _ = await open_driver(Script(unit_samples=16000), transport=transport, limits=limits)
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    await driver.append(tone(400), chunk_ms=100)  # units are 1 s: input piles up in the buffer
+    error, _ = await driver.until("error")
+    assert error["error"]["code"] == "input_backpressure"
+    await driver.send({"type": "input_audio_buffer.clear"})
+    await driver.until("input_audio_buffer.cleared")
+    await driver.append(tone(100))
+    await driver.send({"type": "input_audio_buffer.commit"})
+    done, _ = await driver.until("response.done")
+    assert done["status"] == "completed"
+
+
+async def test_idle_session_expires(open_driver):
+    driver, _, backend = await open_driver(Script(), limits=SessionLimits(idle_timeout_s=0.3))
+    await driver.send(MANUAL)
+    closed, _ = await driver.until("session.closed", timeout=5)
+    assert closed["reason"] == "idle_timeout"
+    assert backend.active_sessions == 0
+
+
+def test_tone_helper_is_loud():
+    assert float(np.abs(tone(20)).max()) > 0.05
