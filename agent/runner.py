@@ -709,6 +709,7 @@ class DuplexSessionRunner:
 
     async def _forward(self, stream: _StageStream, out: StageOutput) -> None:
         """Pass a stage's output downstream: partial updates if the plugin makes them, else at its end."""
+        stream.req_state["finished"] = out.finished  # the plugin's cue to close what it forwards
         forward = self.plugin.plan_partial_stage_output(self, out.stage_id, 0, out.output, stream.req_state)
         if forward is not None:
             stream.forwarded_partial = True

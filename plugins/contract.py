@@ -132,6 +132,13 @@ class DuplexRuntimeConfigError(ValueError):
         self.code = code
 
 
+class PrivateRuntimeKeyError(DuplexRuntimeConfigError):
+    """A client tried to set a key the server owns (ours; for ``reject_private_runtime_keys``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="private_runtime_key")
+
+
 def reject_private_runtime_keys(
     extra_body: object,
     private_runtime_config_keys: frozenset[str],
@@ -620,6 +627,7 @@ __all__ = [
     "PartialStageForward",
     "PcmAppendBuffer",
     "PcmAppendReservation",
+    "PrivateRuntimeKeyError",
     "coerce_int",
     "load_duplex_plugin",
     "payload_turn_id",

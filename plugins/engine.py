@@ -59,3 +59,8 @@ class DuplexEngine(ABC):
 
     async def close(self) -> None:
         """Release the engine's resources."""
+
+
+def request_session_id(request_id: str) -> str:
+    """The session a runner-made request id belongs to (ids are ``<session>-<scope>...``)."""
+    return request_id.split("-", 1)[0]

@@ -25,9 +25,9 @@ from plugins.contract import (
     DuplexModelPlugin,
     DuplexModelSessionState,
     DuplexOutputDecision,
-    DuplexRuntimeConfigError,
     DuplexSessionConfig,
     EncodeAudio,
+    PrivateRuntimeKeyError,
     reject_changed_runtime_value,
     reject_private_runtime_keys,
 )
@@ -206,7 +206,7 @@ class ScriptedPlugin(DuplexModelPlugin):
 
     def validate_client_extra_body(self, extra_body: object) -> None:
         reject_private_runtime_keys(extra_body, self.private_runtime_config_keys,
-                                    message="extra_body sets server-owned keys: ", error_cls=_PrivateKeyError)
+                                    message="extra_body sets server-owned keys: ", error_cls=PrivateRuntimeKeyError)
 
     async def prepare_runtime_config(self, config: DuplexSessionConfig, *, model_config: object | None) -> dict[str, object]:
         return {"voice": config.voice or "tone"}
@@ -219,7 +219,3 @@ class ScriptedPlugin(DuplexModelPlugin):
     def data_plane_context(self, **kwargs: object) -> object:
         return kwargs
 
-
-class _PrivateKeyError(DuplexRuntimeConfigError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="private_runtime_key")

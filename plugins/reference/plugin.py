@@ -1,0 +1,211 @@
+"""The reference model: a speech-in, speech-out cascade on the CPU, behind the contract.
+
+Stage 0 recognises a user turn (Whisper tiny.en), stage 1 writes the reply
+(echo, or any OpenAI-compatible chat endpoint), stage 2 speaks it (Piper).
+Speech starts after the reply's first clause: stage 1's text is split into
+clauses and forwarded to stage 2 while stage 1 is still writing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from plugins.contract import (
+    DefaultDuplexModelSessionState,
+    DuplexAppendPlan,
+    DuplexCapabilities,
+    DuplexDataPlane,
+    DuplexFence,
+    DuplexModelPlugin,
+    DuplexModelSessionState,
+    DuplexOutputDecision,
+    DuplexSessionConfig,
+    EncodeAudio,
+    PartialStageForward,
+    PrivateRuntimeKeyError,
+    reject_private_runtime_keys,
+)
+from plugins.engine import StageOutput, request_session_id
+from plugins.inprocess_engine import InProcessEngine
+from plugins.reference.sentences import ClauseSplitter
+from plugins.reference.stages import (
+    ASR_RATE,
+    ConversationContext,
+    RecognizerStage,
+    ResponderStage,
+    SynthesizerStage,
+)
+from plugins.unit_packetizer import UnitPacketizer
+
+log = logging.getLogger("duplex_agent.models")
+
+UNIT_SAMPLES = 1600  # 100 ms units stream into the recogniser
+SYNTHESIS_RATE = 22050
+RECOGNIZE, RESPOND, SYNTHESIZE = 0, 1, 2
+
+
+class ReferenceDataPlane(DuplexDataPlane):
+    """Projects stage 2's speech (with its clause as the text mark) into events."""
+
+    def __init__(self, encode_audio: EncodeAudio, on_session_closed: Callable[[str], object]) -> None:
+        self._encode = encode_audio
+        self._on_session_closed = on_session_closed
+        self._terminal: set[str] = set()
+
+    def begin_request(self, request_id: str) -> None:
+        self._terminal.discard(request_id)
+
+    def is_terminal(self, request_id: str | None) -> bool:
+        return request_id in self._terminal
+
+    def mark_terminal(self, request_id: str) -> None:
+        self._terminal.add(request_id)
+
+    def close_stream(self, request_id: str) -> None:
+        self._terminal.discard(request_id)
+
+    def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
+        self._terminal = {r for r in self._terminal if request_session_id(r) != session_id}
+        self._on_session_closed(session_id)
+
+    def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]:
+        assert isinstance(result, StageOutput)
+        if result.finished:
+            self.mark_terminal(result.request_id)
+        output = result.output
+        if not isinstance(output, dict) or "audio" not in output:
+            return []
+        audio = output["audio"]
+        rate = int(output["sample_rate"])
+        audio_ms = 1000.0 * len(audio) / rate
+        text = str(output["text"])
+        return [
+            {"type": "response.output_audio.delta", "delta": self._encode(audio, rate, "pcm16", None),
+             "sample_rate": rate, "audio_ms": audio_ms,
+             "marks": [{"text": text, "start_ms": 0.0, "end_ms": audio_ms}]},
+            {"type": "response.output_audio_transcript.delta", "delta": text + " "},
+        ]
+
+
+class ReferencePlugin(DuplexModelPlugin):
+    plugin_id = "reference"
+    #: Set by the worker's settings, never by a client.
+    private_runtime_config_keys = frozenset({"responder", "openai_base_url", "openai_model", "openai_api_key"})
+
+    def __init__(self, encode_audio: EncodeAudio) -> None:
+        super().__init__(encode_audio)
+        self._contexts: dict[str, ConversationContext] = {}
+        self.data_plane = ReferenceDataPlane(encode_audio, lambda session_id: self._contexts.pop(session_id, None))
+        self.silence_continuation_samples = UNIT_SAMPLES
+        self.responder_name = "echo"
+        self.responder_settings: dict[str, Any] = {}
+
+    def configure_from_settings(self, settings: Any) -> None:
+        """Take the responder choice from the worker's settings."""
+        self.responder_name = settings.responder
+        if settings.responder == "openai":
+            self.responder_settings = {"base_url": settings.openai_base_url, "model": settings.openai_model,
+                                       "api_key": settings.openai_api_key}
+
+    def build_local_engine(self) -> InProcessEngine:
+        """Loads the models (once per process) and wires the three stages."""
+        from plugins.reference.asr import WhisperRecognizer
+        from plugins.reference.responders import make_responder
+        from plugins.reference.tts import PiperSynthesizer
+
+        responder = make_responder(self.responder_name, self.responder_settings)
+        log.info("loading Whisper tiny.en")
+        recognizer = WhisperRecognizer.shared()
+        log.info("loading Piper voice")
+        synthesizer = PiperSynthesizer.shared()
+        return InProcessEngine(
+            [RecognizerStage(recognizer), ResponderStage(responder, self.context), SynthesizerStage(synthesizer)],
+            max_workers=2,
+        )
+
+    def context(self, session_id: str) -> ConversationContext:
+        return self._contexts.setdefault(session_id, ConversationContext())
+
+    # ---- engine policy ----
+
+    def configure_sampling_params(self, *, runtime_config: dict[str, object],
+                                  defaults: tuple[object, ...]) -> tuple[object, ...]:
+        return defaults
+
+    def prepare_prompt_config(self, config: dict[str, object], *, state: DuplexModelSessionState,
+                              payload: dict[str, object]) -> dict[str, object]:
+        payload["instructions"] = config.get("instructions", "")
+        return config
+
+    def plan_append(self, *, request_id: str, fence: DuplexFence, session_config: dict[str, object],
+                    runtime_config: dict[str, object], seq: int, turn_seq: int, payload: object, final: bool,
+                    sampling_params: object) -> DuplexAppendPlan:
+        return DuplexAppendPlan(request_id, RECOGNIZE, fence, payload, final, resumable=not final,
+                                sampling_params=sampling_params)
+
+    def decide_output(self, *, stage_id: int, final_stage_id: int, segment_finished: bool,
+                      segment_token_ids: tuple[int, ...], segment_output_metadata: dict[str, object],
+                      output: object) -> DuplexOutputDecision | None:
+        if not isinstance(output, dict):
+            return None
+        if stage_id == RECOGNIZE and segment_finished and not str(output.get("transcript", "")).strip():
+            return DuplexOutputDecision("listen", "no_speech")
+        if stage_id == SYNTHESIZE and "audio" in output:
+            return DuplexOutputDecision("speak")
+        return None
+
+    def user_transcript(self, *, stage_id: int, output: object, prompt: object, finished: bool) -> str | None:
+        if stage_id == RECOGNIZE and finished and isinstance(output, dict):
+            text = str(output.get("transcript", "")).strip()
+            return text or None
+        return None
+
+    def plan_partial_stage_output(self, orchestrator: object, stage_id: int, replica_id: int, output: object,
+                                  req_state: object) -> PartialStageForward | None:
+        """Stage 1's text goes to stage 2 clause by clause; stage 0's transcript goes whole."""
+        if stage_id != RESPOND or not isinstance(req_state, dict):
+            return None
+        splitter: ClauseSplitter = req_state.setdefault("clauses", ClauseSplitter())
+        delta = str(output.get("text", "")) if isinstance(output, dict) else ""
+        clauses = splitter.feed(delta)
+        finished = bool(req_state.get("finished"))
+        if finished:
+            rest = splitter.flush()
+            clauses += [rest] if rest else []
+            if not clauses:
+                return PartialStageForward(output=None, is_final_update=True, close_only=True)
+        if not clauses:
+            return None
+        return PartialStageForward(output={"text": " ".join(clauses)}, is_final_update=finished)
+
+    def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
+        if session_id is not None and assistant_text:
+            self.context(session_id).history.append({"role": "assistant", "content": assistant_text})
+
+    # ---- session policy ----
+
+    def create_session_state(self) -> DuplexModelSessionState:
+        return DefaultDuplexModelSessionState(audio_buffer=UnitPacketizer(unit_samples=UNIT_SAMPLES, sample_rate=ASR_RATE))
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        return DuplexCapabilities(
+            plugin_id=self.plugin_id, input_sample_rate=ASR_RATE, unit_samples=UNIT_SAMPLES,
+            output_sample_rate=SYNTHESIS_RATE, max_sessions=max_sessions, input_mode="turn",
+        )
+
+    def validate_client_extra_body(self, extra_body: object) -> None:
+        reject_private_runtime_keys(extra_body, self.private_runtime_config_keys,
+                                    message="extra_body sets server-owned keys: ", error_cls=PrivateRuntimeKeyError)
+
+    async def prepare_runtime_config(self, config: DuplexSessionConfig, *, model_config: object | None) -> dict[str, object]:
+        return {"instructions": config.instructions}
+
+    def runtime_config_for_update(self, config: DuplexSessionConfig, current: Mapping[str, object]) -> dict[str, object]:
+        return {**current, "instructions": config.instructions}
+
+    def data_plane_context(self, **kwargs: object) -> object:
+        return kwargs
+
+

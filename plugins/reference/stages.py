@@ -1,0 +1,127 @@
+"""The reference model's three CPU stages: recognise, respond, synthesise.
+
+Blocking model calls run on the engine's bounded pool; each stage checks its
+request's cancel flag between pieces of work, so an aborted turn produces no
+more audio and frees the CPU after at most one clause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from plugins.engine import request_session_id
+from plugins.inprocess_engine import PythonStage, StageRequest, StageYield
+from plugins.reference.asr import WhisperRecognizer
+from plugins.reference.responders import Responder
+from plugins.reference.tts import PiperSynthesizer
+
+log = logging.getLogger("duplex_agent.reference")
+
+ASR_RATE = 16000
+#: Trailing quiet audio after which the recogniser transcribes speculatively,
+#: so the transcript is ready when the turn's silence window closes.
+SPECULATE_AFTER_QUIET_MS = 160
+QUIET_RMS = 0.01
+
+
+@dataclass(slots=True)
+class ConversationContext:
+    """What the responder remembers of one session: only words the caller heard."""
+
+    instructions: str = ""
+    history: list[dict[str, str]] = field(default_factory=list)
+
+
+class RecognizerStage(PythonStage):
+    """Stage 0: gathers a turn's audio units; on the turn's end, Whisper's transcript."""
+
+    def __init__(self, recognizer: WhisperRecognizer) -> None:
+        self._recognizer = recognizer
+
+    async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
+        chunks: list[np.ndarray] = []
+        instructions = ""
+        quiet_ms = 0.0
+        speculation: asyncio.Future[str] | None = None
+        async for payload in request.inputs():
+            assert isinstance(payload, dict)
+            instructions = str(payload.get("instructions", instructions))
+            audio = np.frombuffer(payload["audio"], dtype="<f4")  # type: ignore[arg-type]
+            chunks.append(audio)
+            if audio.size and float(np.sqrt(np.mean(audio**2))) >= QUIET_RMS:
+                quiet_ms = 0.0
+                if speculation is not None:  # speech went on: the guess is stale
+                    speculation.cancel()
+                    speculation = None
+            else:
+                quiet_ms += 1000.0 * audio.size / ASR_RATE
+            if speculation is None and quiet_ms >= SPECULATE_AFTER_QUIET_MS:
+                speculation = asyncio.ensure_future(request.offload(self._transcribe, list(chunks)))
+        started = time.monotonic()
+        # Only quiet audio followed the speculation, so its transcript is the turn's.
+        text = await (speculation or request.offload(self._transcribe, chunks))
+        waited_ms = 1000.0 * (time.monotonic() - started)
+        yield StageYield({"transcript": text, "instructions": instructions}, finished=True,
+                         metadata={"asr_wait_ms": waited_ms})
+
+    def _transcribe(self, chunks: list[np.ndarray]) -> str:
+        return self._recognizer.transcribe(np.concatenate(chunks) if chunks else np.zeros(0, np.float32))
+
+
+class ResponderStage(PythonStage):
+    """Stage 1: the reply's text, streamed, from the responder and the heard history."""
+
+    def __init__(self, responder: Responder, contexts: Callable[[str], ConversationContext]) -> None:
+        self._responder = responder
+        self._contexts = contexts
+
+    async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
+        context = self._contexts(request_session_id(request.request_id))
+        async for payload in request.inputs():
+            if not isinstance(payload, dict):
+                continue
+            user_text = str(payload.get("transcript", ""))
+            history = list(context.history)
+            context.history.append({"role": "user", "content": user_text})
+            async for delta in self._responder.respond(history, user_text):
+                yield StageYield({"text": delta})
+
+
+class SynthesizerStage(PythonStage):
+    """Stage 2: Piper speech for each clause, as it arrives."""
+
+    def __init__(self, synthesizer: PiperSynthesizer) -> None:
+        self._synthesizer = synthesizer
+
+    async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
+        async for payload in request.inputs():
+            if not isinstance(payload, dict) or not str(payload.get("text", "")).strip():
+                continue
+            text = str(payload["text"]).strip()
+            started = time.monotonic()
+            audio = await request.offload(self._speak, text, request)
+            if audio is None:
+                return
+            took_ms = 1000.0 * (time.monotonic() - started)
+            audio_ms = 1000.0 * audio.size / self._synthesizer.sample_rate
+            metadata: dict[str, object] = {"synthesis_ms": took_ms}
+            if took_ms > audio_ms:
+                # Slower than real time: the caller would hear gaps. Say so.
+                metadata["lag_ms"] = took_ms - audio_ms
+                log.warning("synthesis is behind real time by %.0f ms (%s)", took_ms - audio_ms, request.request_id)
+            yield StageYield({"audio": audio, "text": text, "sample_rate": self._synthesizer.sample_rate},
+                             metadata=metadata)
+
+    def _speak(self, text: str, request: StageRequest) -> np.ndarray | None:
+        pieces = []
+        for piece in self._synthesizer.synthesize(text):
+            if request.cancelled.is_set():
+                return None
+            pieces.append(piece)
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)

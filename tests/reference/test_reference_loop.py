@@ -1,0 +1,136 @@
+"""The reference model through the runner: real speech in, real speech out."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import numpy as np
+import pytest
+
+from agent.audio import encode_wire_audio
+from agent.local_backend import LocalBackend
+from plugins.reference.plugin import ReferencePlugin
+from tests.runtime.drivers import RunnerDriver
+from tests.speech import speak, transcribe, words
+
+RATE = 16000
+QUESTION = "Please book a table for two people tonight."
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family and our two dogs.")
+
+
+@pytest.fixture
+async def reference():
+    plugin = ReferencePlugin(encode_wire_audio)
+    backend = LocalBackend(plugin, plugin.build_local_engine())
+    driver = await RunnerDriver.open(backend)
+    await driver.send({"type": "session.update", "session": {"input_sample_rate": RATE}})
+    await driver.until("session.created")
+    yield driver, plugin
+    await driver.close()
+    await backend.close()
+
+
+def reply_audio(events: list[dict], response_id: str) -> tuple[np.ndarray, int]:
+    deltas = [e for e in events if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id]
+    assert deltas, "no audio in the reply"
+    pcm = b"".join(base64.b64decode(d["delta"]) for d in deltas)
+    return np.frombuffer(pcm, "<i2").astype(np.float32) / 32768, deltas[0]["sample_rate"]
+
+
+async def test_spoken_question_gets_a_spoken_reply(reference):
+    driver, _ = reference
+    await driver.append(speak(QUESTION, before_ms=300, after_ms=1200))
+    heard, seen = await driver.until("conversation.item.input_audio_transcription.completed", timeout=20)
+    assert {"book", "table", "two"} <= set(words(heard["transcript"]))
+    done, more = await driver.until("response.done", timeout=30)
+    assert done["status"] == "completed"
+    audio, rate = reply_audio(seen + more, done["response_id"])
+    assert rate == 22050
+    said = words(transcribe(audio, rate))
+    assert said[:2] == ["you", "said"] and {"book", "table"} <= set(said), said
+    # Every audio delta names the words it speaks.
+    marks = [m["text"] for e in more if e["type"] == "response.output_audio.delta" for m in e["marks"]]
+    assert marks[0].lower().startswith("you said")
+
+
+async def test_talking_over_a_long_reply(reference):
+    driver, plugin = reference
+    await driver.append(speak(LONG, before_ms=300, after_ms=1200))
+    created, _ = await driver.until("response.created", timeout=30)
+    response_id = created["response_id"]
+    first, _ = await driver.until("response.output_audio.delta", timeout=30)
+    assert first["response_id"] == response_id
+
+    # The caller talks over the agent after hearing 1.2 s of it.
+    interruption = speak("Wait, stop please.", before_ms=0, after_ms=1200)
+    await driver.append(interruption[: RATE // 2])
+    done, seen = await driver.until("response.done", timeout=10)
+    assert done["response_id"] == response_id and done["status"] == "cancelled" and done["reason"] == "barge_in"
+    assert [e["type"] for e in seen].index("input_audio_buffer.speech_started") < len(seen) - 1
+    await driver.send({"type": "playback.ack", "response_id": response_id, "played_ms": 1200})
+    await driver.append(interruption[RATE // 2:])
+
+    # The next turn starts; nothing of the old response follows its done.
+    _, after = await driver.until("response.created", timeout=30)
+    assert not [e for e in after if e.get("response_id") == response_id and e["type"] != "output_audio_buffer.cleared"]
+    history = plugin.context(driver.runner.session_id).history
+    assistant = [h["content"] for h in history if h["role"] == "assistant"]
+    assert len(assistant) == 1
+    kept = words(assistant[0])
+    full = words("You said: " + LONG)
+    assert kept and kept == full[: len(kept)] and len(kept) < len(full) // 2, kept
+    await driver.until("response.done", timeout=30)
+
+
+@pytest.mark.parametrize("case", ["silence", "noise", "clipping"])
+async def test_bad_audio_is_handled(reference, case):
+    driver, _ = reference
+    rng = np.random.default_rng(7)
+    if case == "silence":
+        audio = np.zeros(RATE * 3, np.float32)
+    elif case == "noise":
+        audio = (0.05 * rng.standard_normal(RATE * 3)).astype(np.float32)
+    else:
+        audio = np.clip(speak(QUESTION, before_ms=300, after_ms=1200) * 20, -1, 1)
+    await driver.append(audio)
+    await asyncio.sleep(2.0)
+    events = []
+    while True:
+        try:
+            events.append(await driver.recv(timeout=0.5))
+        except (TimeoutError, asyncio.TimeoutError):
+            break
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds, events
+    if case == "silence":
+        assert "input_audio_buffer.speech_started" not in kinds
+    if "response.created" in kinds:  # it heard something: it answers or goes back to listening
+        assert "response.done" in kinds or "response.listen" in kinds
+    # The session still serves a real question.
+    await driver.append(speak(QUESTION, before_ms=300, after_ms=1200))
+    heard, _ = await driver.until("conversation.item.input_audio_transcription.completed", timeout=30)
+    assert "table" in words(heard["transcript"])
+
+
+async def test_thirty_second_monologue(reference):
+    driver, _ = reference
+    monologue = np.concatenate([speak(LONG, after_ms=300) for _ in range(4)])
+    monologue = np.concatenate([monologue, speak(LONG)])[: RATE * 30]
+    await driver.append(np.concatenate([monologue, np.zeros(RATE * 2, np.float32)]))
+    heard, _ = await driver.until("conversation.item.input_audio_transcription.completed", timeout=60)
+    assert "weather" in words(heard["transcript"])
+    done, _ = await driver.until("response.done", timeout=120)
+    assert done["status"] == "completed"
+
+
+async def test_wrong_declared_rate(reference):
+    driver, _ = reference
+    await driver.send({"type": "session.update", "session": {"input_sample_rate": 12345}})
+    error, _ = await driver.until("error")
+    assert error["error"]["code"] == "unsupported_sample_rate"
+    # Audio at 16 kHz sent to a session that was told 16 kHz still works after the error.
+    await driver.append(speak(QUESTION, before_ms=300, after_ms=1200))
+    heard, _ = await driver.until("conversation.item.input_audio_transcription.completed", timeout=30)
+    assert "table" in words(heard["transcript"])
