@@ -31,8 +31,9 @@ def build_app(
     RealtimeEndpoint(backend, config_timeout_s=config_timeout_s).register(app)
     if with_webrtc:
         from frontend import register_frontend_routes
+        from webrtc.host_address import interface_ipv4
         from webrtc.signaling import register_webrtc_routes
 
-        register_webrtc_routes(app, backend, host_address=settings.ice_address or None)
+        register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4())
         register_frontend_routes(app)
     return app

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; none passes or fails on time."""

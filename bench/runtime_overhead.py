@@ -1,0 +1,102 @@
+"""The runner's overhead per append with a no-op engine, and events/s over the websocket.
+
+Run: python -m bench.runtime_overhead
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Iterable
+
+import aiohttp
+import numpy as np
+from aiohttp.test_utils import TestServer
+
+from agent import protocol as p
+from agent.audio import encode_wire_audio
+from agent.local_backend import LocalBackend
+from agent.server import build_app
+from agent.settings import Settings
+from bench.stats import summary
+from plugins.contract import DuplexAppendPlan
+from plugins.engine import DuplexEngine, StageOutput
+from plugins.scripted import Script, ScriptedPlugin
+
+
+class NoopEngine(DuplexEngine):
+    """Takes every plan and does nothing; notes when each arrived."""
+
+    def __init__(self) -> None:
+        self.arrived: asyncio.Queue[float] = asyncio.Queue()
+
+    @property
+    def stage_count(self) -> int:
+        return 1
+
+    async def submit(self, plan: DuplexAppendPlan) -> None:
+        self.arrived.put_nowait(time.perf_counter())
+
+    async def outputs(self, request_id: str) -> AsyncIterator[StageOutput]:
+        return
+        yield
+
+    async def abort(self, request_ids: Iterable[str]) -> None:
+        return None
+
+
+async def append_overhead(n: int = 2000) -> list[float]:
+    engine = NoopEngine()
+    plugin = ScriptedPlugin(encode_wire_audio, Script(unit_samples=320))
+    backend = LocalBackend(plugin, engine)
+    runner = await backend.open()
+    runner.send(p.SessionUpdate({"turn_detection": None, "input_sample_rate": 16000}))
+    frame = base64.b64encode((np.random.default_rng(0).standard_normal(320) * 3000).astype("<i2").tobytes()).decode()
+    samples = []
+    for i in range(n + 100):
+        sent = time.perf_counter()
+        runner.send(p.InputAudioBufferAppend(frame))
+        arrived = await engine.arrived.get()
+        if i >= 100:  # warm-up
+            samples.append((arrived - sent) * 1e6)
+    await backend.close()
+    return samples
+
+
+async def websocket_events_per_second(words: int = 3000) -> tuple[float, int]:
+    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=" ".join(["word"] * words), word_ms=20))
+    backend = LocalBackend(plugin, plugin.build_local_engine())
+    server = TestServer(build_app(backend, Settings(), with_webrtc=False), host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1)
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_str(json.dumps({"type": "session.update", "session": {"turn_detection": None}}))
+        tone = base64.b64encode((np.ones(3200) * 3000).astype("<i2").tobytes()).decode()
+        await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": tone}))
+        await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+        count, start = 0, None
+        async for message in ws:
+            event = json.loads(message.data)
+            if event["type"] == "response.created":
+                start = time.perf_counter()
+            count += start is not None
+            if event["type"] == "response.done":
+                break
+        elapsed = time.perf_counter() - start
+    await server.close()
+    await backend.close()
+    return count / elapsed, count
+
+
+async def main() -> None:
+    overhead = await append_overhead()
+    print("runner overhead per append (send -> engine submit, no-op engine, 20 ms pcm16 frames):")
+    print("  " + summary(overhead, "us"))
+    rate, count = await websocket_events_per_second()
+    print(f"events through the realtime websocket: {rate:,.0f} events/s ({count} events, one client, loopback)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

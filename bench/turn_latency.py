@@ -1,0 +1,152 @@
+"""Turn-taking latency of the reference model, where the time goes, and concurrency.
+
+Each utterance is Piper speech fed to a session in real time (20 ms frames on a
+wall-clock schedule). Turn-taking latency is the end of the user's speech to
+the first agent audio delta, with the echo responder and the default VAD
+silence window. Then several sessions talk at once to find how many this
+machine serves in real time.
+
+Run: python -m bench.turn_latency [utterances]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent import protocol as p
+from agent.audio import encode_base64_f32, encode_wire_audio
+from agent.local_backend import LocalBackend
+from agent.vad import VadSettings
+from bench.stats import summary
+from plugins.reference.plugin import ReferencePlugin
+from tests.speech import speak
+
+RATE = 16000
+FRAME = 320
+SENTENCES = [
+    "Please book a table for two people tonight.",
+    "What time does the museum open tomorrow?",
+    "I need a taxi to the airport.",
+    "Can you read me my messages?",
+    "Turn the lights off in the kitchen.",
+    "How far is it to the train station?",
+    "Remind me to call my sister at six.",
+    "What is the weather like this weekend?",
+    "Play some quiet music in the living room.",
+    "Add milk and bread to my shopping list.",
+    "Where did I park the car?",
+    "Send a message to Anna saying I am late.",
+    "How many steps did I walk today?",
+    "Set a timer for ten minutes.",
+    "What is on my calendar this afternoon?",
+    "Find a pharmacy that is open now.",
+    "Tell me a short story about a dragon.",
+    "Is it going to rain on Monday?",
+    "Order more coffee beans for the office.",
+    "Call the dentist and move my appointment.",
+]
+
+
+@dataclass
+class Turn:
+    speech_end: float
+    stopped: float | None = None
+    transcribed: float | None = None
+    first_audio: float | None = None
+
+
+@dataclass
+class SessionRun:
+    turns: list[Turn] = field(default_factory=list)
+    lagging: int = 0
+
+
+async def talk(backend: LocalBackend, sentences: list[str], run: SessionRun, *, lead_ms: float = 300) -> None:
+    runner = await backend.open()
+    runner.send(p.SessionUpdate({"input_audio_format": "pcm_f32le", "input_sample_rate": RATE}))
+    reader = asyncio.create_task(_read(runner, run))
+    loop = asyncio.get_running_loop()
+    for sentence in sentences:
+        speech = speak(sentence)
+        audio = np.concatenate([np.zeros(int(RATE * lead_ms / 1000), np.float32), speech,
+                                np.zeros(int(RATE * 2.5), np.float32)])
+        start = loop.time()
+        run.turns.append(Turn(speech_end=start + (lead_ms / 1000) + speech.size / RATE))
+        for k, i in enumerate(range(0, audio.size, FRAME)):
+            delay = start + k * FRAME / RATE - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            runner.send(p.InputAudioBufferAppend(encode_base64_f32(audio[i:i + FRAME])))
+    await asyncio.sleep(1.0)
+    await runner.close()
+    await reader
+
+
+async def _read(runner, run: SessionRun) -> None:
+    loop = asyncio.get_running_loop()
+    async for event in runner.events():
+        now = loop.time()
+        turn = run.turns[-1] if run.turns else None
+        if isinstance(event, p.SessionLagging):
+            run.lagging += 1
+        if turn is None:
+            continue
+        if isinstance(event, p.SpeechStopped) and turn.stopped is None:
+            turn.stopped = now
+        elif isinstance(event, p.InputTranscriptionCompleted) and turn.transcribed is None:
+            turn.transcribed = now
+        elif isinstance(event, p.ResponseAudioDelta) and turn.first_audio is None:
+            turn.first_audio = now
+
+
+def _ms(values: list[float]) -> list[float]:
+    return [1000 * v for v in values]
+
+
+async def main(utterances: int) -> None:
+    plugin = ReferencePlugin(encode_wire_audio)
+    backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=16)
+    sentences = [SENTENCES[i % len(SENTENCES)] for i in range(utterances)]
+    for s in set(sentences):
+        speak(s)  # synthesise the inputs before timing anything
+
+    run = SessionRun()
+    await talk(backend, sentences, run)
+    done = [t for t in run.turns if t.first_audio is not None]
+    print(f"turn-taking latency, reference model, echo responder, one session, {len(run.turns)} utterances "
+          f"(silence window {VadSettings().silence_duration_ms} ms):")
+    print("  end of speech -> first audio delta: " + summary(_ms([t.first_audio - t.speech_end for t in done]), "ms", digits=0))
+    print("where the time goes (medians):")
+    print("  end of speech -> speech_stopped (VAD silence window): "
+          + summary(_ms([t.stopped - t.speech_end for t in done if t.stopped]), "ms", digits=0))
+    print("  speech_stopped -> transcript (ASR, mostly speculative):  "
+          + summary(_ms([t.transcribed - t.stopped for t in done if t.stopped and t.transcribed]), "ms", digits=0))
+    print("  transcript -> first audio (responder + first clause TTS): "
+          + summary(_ms([t.first_audio - t.transcribed for t in done if t.transcribed]), "ms", digits=0))
+    if len(done) < len(run.turns):
+        print(f"  {len(run.turns) - len(done)} utterances got no audio reply")
+
+    print("concurrent sessions in real time (4 utterances each; 'real time' = p95 latency under 1.5 s, no lag events):")
+    for sessions in (1, 2, 3, 4, 6):
+        runs = [SessionRun() for _ in range(sessions)]
+        cpu0 = time.process_time()
+        wall0 = time.perf_counter()
+        await asyncio.gather(*(talk(backend, sentences[i:i + 4], runs[i]) for i in range(sessions)))
+        cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+        latencies = _ms([t.first_audio - t.speech_end for r in runs for t in r.turns if t.first_audio])
+        missing = sum(1 for r in runs for t in r.turns if t.first_audio is None)
+        lag = sum(r.lagging for r in runs)
+        print(f"  {sessions} sessions: {summary(latencies, 'ms', digits=0)}; lag events {lag}; "
+              f"no reply {missing}; process CPU {cpu:.2f} cores")
+    await backend.close()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20))

@@ -1,0 +1,112 @@
+"""Stand-ins for the runner side: scripted and echoing conversations, a cheap VAD model."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from agent.audio import encode_base64_pcm16
+from agent.backend import AdmissionError
+from agent.protocol import (
+    ClientEvent,
+    InputAudioBufferAppend,
+    ResponseAudioDelta,
+    ResponseCancel,
+    ResponseCreated,
+    ServerEvent,
+)
+from plugins.contract import DuplexCapabilities
+
+CAPS = DuplexCapabilities(
+    plugin_id="fake", input_sample_rate=16000, unit_samples=1280, output_sample_rate=24000, max_sessions=4
+)
+
+
+class FakeConversation:
+    """Records what is sent; the test pushes server events with ``emit``."""
+
+    def __init__(self, capabilities: DuplexCapabilities = CAPS) -> None:
+        self.capabilities = capabilities
+        self.session_id = "fake-session"
+        self.sent: list[ClientEvent] = []
+        self.closed_reason: str | None = None
+        self._events: asyncio.Queue[ServerEvent | None] = asyncio.Queue()
+
+    def send(self, event: ClientEvent) -> None:
+        self.sent.append(event)
+
+    def emit(self, event: ServerEvent) -> None:
+        self._events.put_nowait(event)
+
+    async def events(self) -> AsyncIterator[ServerEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+
+    async def close(self, reason: str = "client_closed") -> None:
+        if self.closed_reason is None:
+            self.closed_reason = reason
+            self._events.put_nowait(None)
+
+    def sent_of(self, kind: type) -> list:
+        return [e for e in self.sent if isinstance(e, kind)]
+
+
+class EchoConversation(FakeConversation):
+    """Speaks back every appended chunk as audio of the current response; a cancel starts a new one."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._response_id: str | None = None
+        self._audio_ms = 0.0
+
+    def send(self, event: ClientEvent) -> None:
+        super().send(event)
+        if isinstance(event, ResponseCancel):
+            self._response_id = None
+        elif isinstance(event, InputAudioBufferAppend):
+            samples = np.frombuffer(base64.b64decode(event.audio), dtype="<f4")
+            if self._response_id is None:
+                self._response_id = f"echo-{next(self._ids)}"
+                self._audio_ms = 0.0
+                self.emit(ResponseCreated(response_id=self._response_id, item_id=f"item-{self._response_id}"))
+            ms = 1000.0 * samples.size / self.capabilities.input_sample_rate
+            self.emit(ResponseAudioDelta(
+                response_id=self._response_id, item_id=f"item-{self._response_id}",
+                delta=encode_base64_pcm16(samples), sample_rate=self.capabilities.input_sample_rate,
+                audio_start_ms=self._audio_ms, audio_ms=ms,
+            ))
+            self._audio_ms += ms
+
+
+class EchoBackend:
+    """Opens echo conversations, up to ``max_sessions`` at once."""
+
+    def __init__(self, max_sessions: int = 4) -> None:
+        self.capabilities = CAPS
+        self.max_sessions = max_sessions
+        self.conversations: list[EchoConversation] = []
+
+    @property
+    def active_sessions(self) -> int:
+        return sum(c.closed_reason is None for c in self.conversations)
+
+    async def open(self) -> EchoConversation:
+        if self.active_sessions >= self.max_sessions:
+            raise AdmissionError("all sessions busy", code="resource_exhausted")
+        conversation = EchoConversation()
+        self.conversations.append(conversation)
+        return conversation
+
+
+class EnergyVadModel:
+    """Quacks like SileroVadModel: speech probability 1 when a window is loud, else 0."""
+
+    def infer(self, window: np.ndarray, state: np.ndarray, sample_rate: int) -> tuple[float, np.ndarray]:
+        rms = float(np.sqrt(np.mean(window[0, -512:] ** 2)))
+        return (1.0 if rms > 0.05 else 0.0), state

@@ -1,0 +1,106 @@
+"""A real aiortc client peer through /api/offer, with the real Silero edge VAD."""
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.audio import encode_base64_pcm16
+from agent.protocol import InputAudioBufferAppend, PlaybackAck, ResponseAudioDelta, ResponseCancel, ResponseCreated, SessionUpdate
+from webrtc.signaling import WEBRTC_PEERS, register_webrtc_routes
+
+from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .fakes import EchoBackend, FakeConversation
+
+pytestmark = pytest.mark.asyncio
+
+
+class TalkerConversation(FakeConversation):
+    """Starts a long response (a 300 Hz hum, 10 s) on the caller's first audio."""
+
+    talking = False
+
+    def send(self, event):
+        super().send(event)
+        if isinstance(event, InputAudioBufferAppend) and not self.talking:
+            self.talking = True
+            self.emit(ResponseCreated(response_id="talk", item_id="i-talk"))
+            hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
+            for n in range(10):
+                self.emit(ResponseAudioDelta(
+                    response_id="talk", item_id="i-talk", delta=encode_base64_pcm16(hum),
+                    sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0,
+                ))
+
+
+class TalkerBackend(EchoBackend):
+    async def open(self):
+        conversation = TalkerConversation()
+        self.conversations.append(conversation)
+        return conversation
+
+
+async def serve(backend, host_address):
+    app = web.Application()
+    register_webrtc_routes(app, backend, host_address=host_address)
+    http = TestClient(TestServer(app))
+    await http.start_server()
+    return http, app
+
+
+async def test_caller_audio_comes_back_through_the_echo_backend(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(4)))
+    try:
+        await client.connect(http)
+        await wait_for(lambda: client.loud_frames() >= 25, 10, "echoed audio at the client")
+        await wait_for(lambda: "metrics" in client.message_types(), 5, "a metrics message")
+        assert {"type": "agent.state", "state": "speaking"} in client.messages
+        assert "response.created" in client.message_types()
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        print("echo figures:", session.audio.figures.snapshot())
+        assert session.audio.figures.last("output_added_ms") is not None
+
+        for bad in ("not json", '{"type": "session.update", "session": {"overlap_policy": "shout"}}',
+                    '{"type": "response.create"}', "x" * 20000):
+            client.channel.send(bad)
+        client.channel.send('{"type": "session.update", "session": {"overlap_policy": "listen"}}')
+        errors = lambda: [m["error"]["code"] for m in client.messages if m["type"] == "error"]  # noqa: E731
+        await wait_for(lambda: len(errors()) == 4, 5, "error events for bad page messages")
+        assert errors() == ["invalid_json", "invalid_field", "unsupported_event", "message_too_large"]
+        await wait_for(lambda: session.audio.overlap_policy == "listen", 5, "the page's settings")
+        assert SessionUpdate(session={"overlap_policy": "listen"}) in backend.conversations[0].sent
+    finally:
+        await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()
+    assert backend.conversations[0].closed_reason is not None
+
+
+async def test_caller_speech_over_the_agent_silences_it_at_the_edge(host_address, speech_48k):
+    backend = TalkerBackend()
+    http, app = await serve(backend, host_address)
+    caller = np.concatenate([np.full(48000, 1e-4, dtype=np.float32), speech_48k])
+    client = ClientPeer(host_address, frames_of(caller))
+    try:
+        await client.connect(http)
+        await wait_for(lambda: client.loud_frames() >= 10, 10, "the agent's audio at the client")
+        conversation = backend.conversations[0]
+        await wait_for(lambda: conversation.sent_of(ResponseCancel), 10, "an edge barge-in")
+        cancel = conversation.sent_of(ResponseCancel)[0]
+        ack = conversation.sent_of(PlaybackAck)[0]
+        assert (cancel.response_id, cancel.reason) == ("talk", "barge_in")
+        assert ack.response_id == "talk" and 500 < ack.played_ms < 3000
+        figures = app[WEBRTC_PEERS].sessions[client.pc_id].audio.figures
+        await wait_for(lambda: figures.last("barge_in_ms") is not None, 1, "the first silent frame")
+        barge_in_ms = figures.last("barge_in_ms")
+        print(f"barge-in latency over aiortc: {barge_in_ms:.1f} ms; played {ack.played_ms:.0f} ms before it")
+        assert barge_in_ms < 100
+        heard = len(client.received)
+        await wait_for(lambda: len(client.received) >= heard + 25, 5, "more frames")
+        assert client.loud_frames(0.05) <= heard  # nothing loud after the barge-in settles
+    finally:
+        await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()

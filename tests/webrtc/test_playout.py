@@ -1,0 +1,83 @@
+import numpy as np
+
+from webrtc.playout import FRAME_SAMPLES, ChunkStarted, PlayoutQueue, ResponsePlayed
+
+
+def tone(ms: float, level: float = 0.5) -> np.ndarray:
+    return np.full(int(48 * ms), level, dtype=np.float32)
+
+
+def test_empty_queue_gives_silence():
+    queue = PlayoutQueue()
+    frame = queue.next_frame()
+    assert frame.dtype == np.int16 and frame.shape == (FRAME_SAMPLES,)
+    assert not frame.any()
+    assert not queue.playing and queue.underruns == 0
+
+
+def test_clear_silences_the_very_next_frame_and_reports_what_was_dropped():
+    queue = PlayoutQueue()
+    queue.push(tone(100), "r1")
+    assert queue.next_frame().any()
+    cleared = queue.clear()
+    assert cleared.response_ids == ["r1"]
+    assert cleared.dropped_ms("r1") == 80.0
+    assert not queue.next_frame().any()
+    assert not queue.playing
+    assert queue.played_ms("r1") == 20.0
+
+
+def test_played_record_is_exact_per_response_across_frame_boundaries():
+    queue = PlayoutQueue()
+    queue.push(tone(30), "r1", tag="first")
+    queue.push(tone(25), "r2", tag="second")
+    queue.finish("r1")
+    frames = [queue.next_frame() for _ in range(2)]
+    assert all(f.all() for f in frames)
+    progress = queue.take_progress()
+    assert progress == [
+        ChunkStarted("r1", "first", True),
+        ResponsePlayed("r1", 30.0),
+        ChunkStarted("r2", "second", True),
+    ]
+    assert queue.played_ms("r1") == 30.0
+    assert queue.played_ms("r2") == 10.0
+    assert queue.current_response_id == "r2"
+
+
+def test_underrun_counts_only_silence_mid_response():
+    queue = PlayoutQueue()
+    queue.next_frame()  # nothing playing: not an underrun
+    queue.push(tone(30), "r1")
+    queue.next_frame()
+    queue.next_frame()  # 10 ms short mid-response
+    queue.next_frame()  # still waiting for more of r1
+    assert queue.underruns == 2
+    queue.push(tone(10), "r1")
+    queue.finish("r1")
+    queue.next_frame()  # ends inside this frame: finished, not an underrun
+    queue.next_frame()
+    assert queue.underruns == 2
+    assert queue.played_ms("r1") == 40.0
+    assert ResponsePlayed("r1", 40.0) in queue.take_progress()
+
+
+def test_audio_for_a_cleared_response_is_refused():
+    queue = PlayoutQueue()
+    queue.push(tone(40), "r1")
+    queue.next_frame()
+    queue.clear()
+    queue.push(tone(40), "r1")
+    assert not queue.next_frame().any()
+    queue.push(tone(40), "r2")
+    assert queue.next_frame().any()
+
+
+def test_drop_response_keeps_other_responses():
+    queue = PlayoutQueue()
+    queue.push(tone(40), "r1")
+    queue.push(tone(40, 0.25), "r2")
+    assert queue.drop_response("r1") == 40 * 48
+    frame = queue.next_frame()
+    assert abs(frame[0] / 32767 - 0.25) < 1e-3
+    assert queue.played_ms("r1") == 0.0

@@ -1,0 +1,204 @@
+"""The agent's outgoing audio: a queue of 48 kHz samples read out in 20 ms frames.
+
+The queue is the single place that knows what the caller has heard: every frame
+handed out is booked against the response it came from, so a barge-in can
+acknowledge exactly the played position. ``clear()`` takes effect on the very
+next frame.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 48000
+FRAME_SAMPLES = 960  # 20 ms at 48 kHz
+FRAME_MS = 1000.0 * FRAME_SAMPLES / SAMPLE_RATE
+_PLAYED_RECORDS_KEPT = 64  # responses whose played duration is remembered
+
+
+@dataclass(slots=True)
+class _Chunk:
+    samples: np.ndarray  # float32, not yet played
+    response_id: str
+    tag: Any  # caller's marker, reported when the chunk's first sample is played
+    started: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkStarted:
+    """The first sample of a pushed chunk went out in the last frame."""
+
+    response_id: str
+    tag: Any
+    first_of_response: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsePlayed:
+    """All audio of a finished response has gone out."""
+
+    response_id: str
+    played_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """What ``clear()`` dropped: samples per response, in queue order."""
+
+    dropped_samples: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def response_ids(self) -> list[str]:
+        return list(self.dropped_samples)
+
+    def dropped_ms(self, response_id: str) -> float:
+        return 1000.0 * self.dropped_samples.get(response_id, 0) / SAMPLE_RATE
+
+
+PlayoutProgress = ChunkStarted | ResponsePlayed
+
+
+class PlayoutQueue:
+    """Mono 48 kHz float32 in, int16 frames of 960 samples out; silence when empty.
+
+    Producers call ``push``/``finish``/``clear`` from the event loop; the pacing
+    side calls ``next_frame`` and then ``take_progress`` for what that frame did.
+    A lock keeps both sides consistent if the pacing runs on another thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: deque[_Chunk] = deque()
+        self._queued_samples = 0
+        self._played: OrderedDict[str, int] = OrderedDict()  # response -> samples played
+        self._finished: set[str] = set()  # no more audio will be pushed for these
+        self._streaming: str | None = None  # response that started playing and has not finished
+        self._progress: list[PlayoutProgress] = []
+        self._last_frame_had_audio = False
+        self.underruns = 0
+        self.frames_out = 0
+
+    # ---- producer side ----
+
+    def push(self, samples: np.ndarray, response_id: str, *, tag: Any = None) -> None:
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if samples.size == 0:
+            return
+        with self._lock:
+            if response_id in self._finished:
+                return
+            self._chunks.append(_Chunk(samples, response_id, tag))
+            self._queued_samples += samples.size
+
+    def finish(self, response_id: str) -> None:
+        """No more audio follows for ``response_id``; its end will be reported once played."""
+        with self._lock:
+            if response_id in self._finished:
+                return
+            self._finished.add(response_id)
+            if not any(c.response_id == response_id for c in self._chunks) and self._played.get(response_id):
+                self._report_played(response_id)
+
+    def clear(self) -> Cleared:
+        """Drop everything queued; the next frame is silence. Cleared responses count as finished."""
+        with self._lock:
+            dropped: dict[str, int] = {}
+            for chunk in self._chunks:
+                dropped[chunk.response_id] = dropped.get(chunk.response_id, 0) + chunk.samples.size
+            self._chunks.clear()
+            self._queued_samples = 0
+            self._last_frame_had_audio = False
+            for response_id in dropped:
+                self._finished.add(response_id)
+            if self._streaming is not None:
+                self._finished.add(self._streaming)
+                dropped.setdefault(self._streaming, 0)
+                self._streaming = None
+            return Cleared(dropped)
+
+    def drop_response(self, response_id: str) -> int:
+        """Drop the queued audio of one response; returns the samples dropped."""
+        with self._lock:
+            kept = deque(c for c in self._chunks if c.response_id != response_id)
+            dropped = self._queued_samples - sum(c.samples.size for c in kept)
+            self._chunks = kept
+            self._queued_samples -= dropped
+            self._finished.add(response_id)
+            if self._streaming == response_id:
+                self._streaming = None
+            return dropped
+
+    # ---- pacing side ----
+
+    def next_frame(self) -> np.ndarray:
+        """The next 20 ms as int16; silence where the queue ran dry."""
+        out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
+        with self._lock:
+            filled = 0
+            while filled < FRAME_SAMPLES and self._chunks:
+                chunk = self._chunks[0]
+                if not chunk.started:
+                    chunk.started = True
+                    first = chunk.response_id not in self._played
+                    self._played.setdefault(chunk.response_id, 0)
+                    self._played.move_to_end(chunk.response_id)
+                    self._streaming = chunk.response_id
+                    self._progress.append(ChunkStarted(chunk.response_id, chunk.tag, first))
+                take = min(FRAME_SAMPLES - filled, chunk.samples.size)
+                out[filled : filled + take] = chunk.samples[:take]
+                chunk.samples = chunk.samples[take:]
+                filled += take
+                self._queued_samples -= take
+                self._played[chunk.response_id] += take
+                if chunk.samples.size == 0:
+                    self._chunks.popleft()
+                    rid = chunk.response_id
+                    if rid in self._finished and not any(c.response_id == rid for c in self._chunks):
+                        self._report_played(rid)
+            if filled < FRAME_SAMPLES and self._streaming is not None:
+                self.underruns += 1
+            while len(self._played) > _PLAYED_RECORDS_KEPT:
+                self._played.popitem(last=False)
+            self._last_frame_had_audio = filled > 0
+            self.frames_out += 1
+        return (np.clip(out, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+    def take_progress(self) -> list[PlayoutProgress]:
+        """What the frames since the last call did: chunk starts and finished responses."""
+        with self._lock:
+            progress, self._progress = self._progress, []
+            return progress
+
+    # ---- state ----
+
+    def played_ms(self, response_id: str) -> float:
+        with self._lock:
+            return 1000.0 * self._played.get(response_id, 0) / SAMPLE_RATE
+
+    @property
+    def queued_ms(self) -> float:
+        return 1000.0 * self._queued_samples / SAMPLE_RATE
+
+    @property
+    def playing(self) -> bool:
+        """Agent audio is going out now or is queued to."""
+        with self._lock:
+            return bool(self._chunks) or self._last_frame_had_audio
+
+    @property
+    def current_response_id(self) -> str | None:
+        """The response being heard now, else the next one queued."""
+        with self._lock:
+            if self._streaming is not None:
+                return self._streaming
+            return self._chunks[0].response_id if self._chunks else None
+
+    def _report_played(self, response_id: str) -> None:
+        if self._streaming == response_id:
+            self._streaming = None
+        self._progress.append(ResponsePlayed(response_id, 1000.0 * self._played.get(response_id, 0) / SAMPLE_RATE))
