@@ -38,6 +38,10 @@ class LocalBackend:
     def active_sessions(self) -> int:
         return len(self._runners)
 
+    @property
+    def runners(self) -> list[DuplexSessionRunner]:
+        return list(self._runners.values())
+
     async def open(self) -> DuplexSessionRunner:
         if len(self._runners) >= self.max_sessions:
             raise AdmissionError(f"all {self.max_sessions} sessions are in use; try again later")

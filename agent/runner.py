@@ -548,18 +548,17 @@ class DuplexSessionRunner:
             self._spawn(self._start_next_turn())
 
     async def _response_cancel(self, command: p.ResponseCancel) -> None:
-        if command.response_id and self.active and command.response_id != self.active.response_id:
-            last = self._last_response
-            if last is not None and last.response_id == command.response_id:
-                last.ledger.interrupt()  # its audio may still be playing at the edge
-                return
+        active, last = self.active, self._last_response
+        if active is not None and command.response_id in (None, active.response_id):
+            await self._cancel(command.reason)
+        elif last is not None and command.response_id in (None, last.response_id):
+            # Generation had finished but its audio may still be playing at the edge.
+            last.ledger.interrupt()
+            self._emit(p.OutputAudioBufferCleared(last.response_id))
+        elif command.response_id:
             raise p.ProtocolError("response_not_found", f"no response {command.response_id!r}",
                                   event_id=command.event_id)
-        if not await self._cancel(command.reason):
-            last = self._last_response
-            if last is not None and (command.response_id in (None, last.response_id)):
-                last.ledger.interrupt()
-                return
+        else:
             raise p.ProtocolError("response_cancel_not_active", "no response to cancel", event_id=command.event_id)
 
     async def _cancel(self, reason: str) -> bool:

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.audio import encode_wire_audio
+from agent.local_backend import LocalBackend
+from agent.server import build_app
+from agent.settings import Settings
+from plugins.reference.plugin import ReferencePlugin
+from webrtc.host_address import interface_ipv4
+
+
+class Microphone:
+    """A next_frame source for a client peer: plays what is queued, else silence."""
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, np.float32)
+
+    def say(self, audio48k: np.ndarray) -> None:
+        self._pending = np.concatenate([self._pending, audio48k.astype(np.float32)])
+
+    @property
+    def busy(self) -> bool:
+        return self._pending.size > 0
+
+    def next_frame(self) -> np.ndarray:
+        chunk, self._pending = self._pending[:960], self._pending[960:]
+        frame = np.zeros(960, np.int16)
+        frame[: chunk.size] = (np.clip(chunk, -1, 1) * 32767).astype(np.int16)
+        return frame
+
+
+@pytest.fixture
+async def reference_worker():
+    """The embedded worker (reference model) on loopback: (http client, backend, plugin, ice address)."""
+    plugin = ReferencePlugin(encode_wire_audio)
+    backend = LocalBackend(plugin, plugin.build_local_engine())
+    address = interface_ipv4()
+    app = build_app(backend, Settings(ice_address=address))
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    yield client, backend, plugin, address
+    await client.close()
+    await backend.close()

@@ -1,0 +1,89 @@
+"""A real aiortc caller talks to the embedded worker running the reference model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from agent.ledger import text_heard_by
+from tests.integration.conftest import Microphone
+from tests.speech import speak, transcribe, words
+from tests.webrtc.client_peer import ClientPeer, wait_for
+
+QUESTION = "Please book a table for two people tonight."
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family and our two dogs.")
+
+
+async def _until_quiet(peer: ClientPeer, quiet_s: float = 0.6, timeout: float = 30) -> None:
+    """Wait until the agent's audio has been silent for ``quiet_s`` (the reply played out)."""
+    frames = int(quiet_s / 0.02)
+
+    def quiet() -> bool:
+        tail = peer.received[-frames:]
+        return len(tail) == frames and all(float(np.sqrt(np.mean(f**2))) < 0.01 for f in tail)
+
+    await wait_for(quiet, timeout, "the reply to finish playing")
+
+
+def _done(peer: ClientPeer, status: str) -> list[dict]:
+    return [m for m in peer.messages if m.get("type") == "response.done" and m.get("status") == status]
+
+
+async def test_caller_hears_a_spoken_reply(reference_worker):
+    http, backend, _, address = reference_worker
+    mic = Microphone()
+    peer = ClientPeer(address, mic.next_frame)
+    try:
+        await peer.connect(http)
+        await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
+        await asyncio.sleep(0.5)
+        mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1500))
+        await wait_for(lambda: _done(peer, "completed"), 30, "the reply")
+        await _until_quiet(peer)
+        heard = np.concatenate(peer.received)
+        said = words(transcribe(heard, 48000))
+        assert "you" in said and "said" in said and "table" in said, said
+        user = [m for m in peer.messages
+                if m.get("type") == "conversation.item.input_audio_transcription.completed"]
+        assert user and "table" in words(user[0]["transcript"])
+    finally:
+        await peer.close()
+    await wait_for(lambda: backend.active_sessions == 0, 10, "the worker to free the session")
+
+
+async def test_talking_over_the_agent_stops_it_and_history_keeps_what_was_played(reference_worker):
+    http, backend, plugin, address = reference_worker
+    mic = Microphone()
+    peer = ClientPeer(address, mic.next_frame)
+    try:
+        await peer.connect(http)
+        await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
+        runner = backend.runners[0]
+        mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
+        await wait_for(lambda: peer.loud_frames() > 60, 40, "1.2 s of the agent's reply")
+        interrupted_at = len(peer.received)
+        mic.say(speak("Wait, stop please.", 48000, after_ms=100))
+        # Cancelled while generating, or cut off while its last words were still playing.
+        await wait_for(lambda: _done(peer, "cancelled") or "output_audio_buffer.cleared" in peer.message_types(),
+                       10, "the reply to be cut off")
+        await wait_for(lambda: not mic.busy, 10, "the interruption to be sent")
+        # The agent went quiet: from 0.4 s after the interruption began until it ended, silence.
+        quiet_from = interrupted_at + 20
+        tail = peer.received[quiet_from:]
+        assert tail and sum(float(np.sqrt(np.mean(f**2))) > 0.02 for f in tail) <= 2
+
+        item = next(i for i in runner.history if i.role == "assistant")
+        ledger = item.ledger
+        assert ledger is not None and ledger.acked and 0 < ledger.played_ms < ledger.generated_ms
+        assert item.heard_text == text_heard_by(ledger.marks, ledger.played_ms)
+        kept, full = words(item.heard_text), words(ledger.full_text())
+        assert kept and kept == full[: len(kept)] and len(kept) < len(full)
+        # The model's own context gets the heard text at the next turn.
+        await wait_for(lambda: any(h["role"] == "assistant" for h in plugin.context(runner.session_id).history),
+                       30, "the next turn to commit the heard reply")
+        context = [h["content"] for h in plugin.context(runner.session_id).history if h["role"] == "assistant"]
+        assert context == [item.heard_text]
+    finally:
+        await peer.close()
