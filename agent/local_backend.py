@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from agent.backend import AdmissionError
 from agent.limits import SessionLimits
 from agent.runner import DuplexSessionRunner
@@ -29,6 +31,8 @@ class LocalBackend:
         self._vad_model = vad_model
         self._capabilities = plugin.capabilities(max_sessions=max_sessions)
         self._runners: dict[str, DuplexSessionRunner] = {}
+        # LiveKit jobs open sessions from their own threads: admission must be atomic.
+        self._admission = threading.Lock()
 
     @property
     def capabilities(self) -> DuplexCapabilities:
@@ -43,8 +47,6 @@ class LocalBackend:
         return list(self._runners.values())
 
     async def open(self) -> DuplexSessionRunner:
-        if len(self._runners) >= self.max_sessions:
-            raise AdmissionError(f"all {self.max_sessions} sessions are in use; try again later")
         runner = DuplexSessionRunner(
             self.plugin,
             self.engine,
@@ -53,7 +55,10 @@ class LocalBackend:
             vad_model=self._vad_model,
             on_close=lambda r: self._runners.pop(r.session_id, None),
         )
-        self._runners[runner.session_id] = runner
+        with self._admission:
+            if len(self._runners) >= self.max_sessions:
+                raise AdmissionError(f"all {self.max_sessions} sessions are in use; try again later")
+            self._runners[runner.session_id] = runner
         runner.start()
         return runner
 

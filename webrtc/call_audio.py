@@ -92,6 +92,7 @@ class CallAudioPath:
         on_event: EventCallback | None = None,
         on_state: StateCallback | None = None,
         on_closed: Callable[[], None] | None = None,
+        on_playout_cleared: Callable[[], None] | None = None,
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -105,6 +106,8 @@ class CallAudioPath:
         self._on_event = on_event
         self._on_state = on_state
         self._on_closed = on_closed
+        # A transport with its own output queue (LiveKit's AudioSource) empties it here.
+        self._on_playout_cleared = on_playout_cleared
 
         self.playout = PlayoutQueue()
         self.figures = LatencyFigures()
@@ -207,6 +210,7 @@ class CallAudioPath:
         """Silence now, then cancel, then tell the model what the caller heard."""
         current = self.playout.current_response_id
         cleared = self.playout.clear()
+        self._playout_cleared()
         self._barge_in_onset_at = onset_at
         self.barge_ins += 1
         responses = cleared.response_ids
@@ -254,6 +258,7 @@ class CallAudioPath:
                 for response_id in self.playout.clear().response_ids:
                     self._dropped_responses.add(response_id)
                     self._ack(response_id)
+                self._playout_cleared()
             else:
                 self._drop_response(event.response_id)
             self._set_state("listening")
@@ -297,8 +302,13 @@ class CallAudioPath:
         self._first_delta_at.pop(response_id, None)
         self._output_resamplers.pop(response_id, None)
         self._dropped_responses.add(response_id)
-        self.playout.drop_response(response_id)
+        if self.playout.drop_response(response_id):
+            self._playout_cleared()
         self._ack(response_id)
+
+    def _playout_cleared(self) -> None:
+        if self._on_playout_cleared is not None:
+            self._on_playout_cleared()
 
     def _ack(self, response_id: str) -> None:
         if response_id in self._acked:

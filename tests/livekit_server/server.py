@@ -1,0 +1,203 @@
+"""LoopbackLiveKitServer: aiohttp app wiring signal, rooms and agent dispatch together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from . import auth, signal
+from .agent_dispatch import AgentDispatcher, DispatchRecord, JobRecord, WorkerRecord
+from .ids import new_sid
+from .net import interface_ipv4
+from .room import Room
+
+log = logging.getLogger(__name__)
+
+
+class LoopbackLiveKitServer:
+    """In-process LiveKit server for tests (see package docstring for versions)."""
+
+    def __init__(
+        self,
+        api_key: str = "devkey",
+        api_secret: str = "secret",
+        host: str = "0.0.0.0",
+        port: int = 0,
+        *,
+        advertise_ip: str | None = None,
+        departure_timeout: float = 1.0,
+    ) -> None:
+        self.api_key = api_key
+        self.api_secret = api_secret
+        self.host = host
+        self.port = port
+        self.ip = advertise_ip or (
+            host if host not in ("", "0.0.0.0", "::") else interface_ipv4()
+        )
+        self.node_id = new_sid("ND_")
+        self.departure_timeout = departure_timeout
+        self.rooms: dict[str, Room] = {}
+        self.closed_rooms: list[str] = []
+        self._dispatcher = AgentDispatcher(self)
+        self._runner: web.AppRunner | None = None
+        self._sockets: set[web.WebSocketResponse] = set()
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- lifecycle --------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"ws://{self.ip}:{self.port}"
+
+    @property
+    def allowed_ips(self) -> set[str]:
+        # ICE candidates we are willing to send to (this machine only)
+        return {self.ip}
+
+    async def start(self) -> "LoopbackLiveKitServer":
+        app = web.Application()
+        app.router.add_get("/", self._health)
+        app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
+        app.router.add_get("/rtc/validate", lambda r: signal.validate(self, r))
+        app.router.add_get("/agent", self._dispatcher.handle_ws)
+        # /rtc/v1 (single peer connection) is deliberately absent: 404 -> SDK uses /rtc
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        log.info("loopback livekit server at %s", self.url)
+        return self
+
+    async def stop(self) -> None:
+        for room in list(self.rooms.values()):
+            await room.close()
+        await self._dispatcher.aclose()
+        for ws in list(self._sockets):
+            try:
+                await asyncio.wait_for(ws.close(), 3)
+            except Exception:
+                pass
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> "LoopbackLiveKitServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="OK")
+
+    def track_socket(self, ws: web.WebSocketResponse) -> None:
+        self._sockets.add(ws)
+
+    def untrack_socket(self, ws: web.WebSocketResponse) -> None:
+        self._sockets.discard(ws)
+
+    def _spawn(self, coro, name: str) -> None:
+        t = asyncio.create_task(coro, name=name)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # -- tokens -----------------------------------------------------------
+    def mint_token(
+        self,
+        identity: str,
+        room: str,
+        *,
+        name: str | None = None,
+        kind: str | None = None,
+        attributes: dict[str, str] | None = None,
+        metadata: str | None = None,
+        agent: bool = False,
+    ) -> str:
+        return auth.mint_token(
+            self.api_key, self.api_secret, identity, room, name=name, kind=kind,
+            attributes=attributes, metadata=metadata, agent=agent,
+        )
+
+    # -- rooms ------------------------------------------------------------
+    def get_or_create_room(self, name: str) -> tuple[Room, bool]:
+        room = self.rooms.get(name)
+        if room is not None and not room.closed:
+            return room, False
+        room = Room(name, on_closed=self._on_room_closed, departure_timeout=self.departure_timeout)
+        self.rooms[name] = room
+        return room, True
+
+    def on_room_created(self, room: Room, grant: auth.JoinGrant) -> None:
+        self._spawn(
+            self._dispatcher.auto_dispatch(room.name, grant.agent_dispatches), "lk-auto-dispatch"
+        )
+
+    async def _on_room_closed(self, room: Room) -> None:
+        if self.rooms.get(room.name) is room:
+            del self.rooms[room.name]
+        self.closed_rooms.append(room.name)
+        await self._dispatcher.on_room_closed(room.name)
+
+    async def close_room(self, name: str) -> None:
+        """Send Leave(ROOM_DELETED) to everyone and drop the room (fault tests)."""
+        room = self.rooms.get(name)
+        if room is not None:
+            await room.close()
+
+    async def remove_participant(self, room: str, identity: str) -> None:
+        from livekit.protocol import models, rtc
+
+        r = self.rooms.get(room)
+        p = r.participants.get(identity) if r else None
+        if p is None:
+            return
+        await p.send(rtc.SignalResponse(leave=rtc.LeaveRequest(
+            reason=models.DisconnectReason.PARTICIPANT_REMOVED,
+            action=rtc.LeaveRequest.Action.DISCONNECT)))
+        await r.remove_participant(p, models.DisconnectReason.PARTICIPANT_REMOVED)
+
+    # -- agents -----------------------------------------------------------
+    @property
+    def workers(self) -> dict[str, WorkerRecord]:
+        return self._dispatcher.workers
+
+    @property
+    def jobs(self) -> dict[str, JobRecord]:
+        return self._dispatcher.jobs
+
+    @property
+    def dispatches(self) -> dict[str, DispatchRecord]:
+        return self._dispatcher.dispatches
+
+    async def create_dispatch(self, room: str, agent_name: str, metadata: str = "") -> DispatchRecord:
+        return await self._dispatcher.create_dispatch(room, agent_name, metadata)
+
+    async def terminate_job(self, job_id: str) -> bool:
+        return await self._dispatcher.terminate_job(job_id)
+
+    async def wait_for_worker(
+        self, agent_name: str, *, available: bool = False, timeout: float = 10.0
+    ) -> WorkerRecord:
+        def _find() -> WorkerRecord | None:
+            for w in self.workers.values():
+                if w.agent_name == agent_name and (w.available or not available):
+                    return w
+            return None
+
+        await self._dispatcher.wait_for(lambda: _find() is not None, timeout)
+        w = _find()
+        assert w is not None
+        return w
+
+    async def wait_for_job_status(self, job_id: str, status: int, timeout: float = 10.0) -> None:
+        await self._dispatcher.wait_for(
+            lambda: job_id in self.jobs and self.jobs[job_id].status == status, timeout
+        )

@@ -1,0 +1,162 @@
+"""The /rtc signal websocket (v0, dual peer connection) and /rtc/validate."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import WSMsgType, web
+from livekit.protocol import models, rtc
+
+from . import auth
+from .ids import new_sid
+from .participant import Participant, ParticipantOptions
+
+if TYPE_CHECKING:
+    from .server import LoopbackLiveKitServer
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 16
+SERVER_VERSION = "1.9.0-loopback"
+PING_INTERVAL = 5
+PING_TIMEOUT = 15
+
+
+def _token(request: web.Request) -> str:
+    tok = request.query.get("access_token", "")
+    if not tok:
+        authz = request.headers.get("Authorization", "")
+        if authz.lower().startswith("bearer "):
+            tok = authz[7:].strip()
+    return tok
+
+
+def server_info(node_id: str) -> models.ServerInfo:
+    return models.ServerInfo(
+        edition=models.ServerInfo.Edition.Standard,
+        version=SERVER_VERSION,
+        protocol=PROTOCOL_VERSION,
+        node_id=node_id,
+        agent_protocol=1,
+    )
+
+
+def _capabilities(raw: str) -> list[int]:
+    caps = []
+    for name in filter(None, (s.strip() for s in raw.split(","))):
+        try:
+            caps.append(models.ClientInfo.Capability.Value(name))
+        except ValueError:
+            pass
+    return caps
+
+
+async def validate(server: "LoopbackLiveKitServer", request: web.Request) -> web.Response:
+    try:
+        auth.join_grant(server.api_key, server.api_secret, _token(request))
+    except auth.AuthError as e:
+        return web.Response(status=401, text=f"invalid token: {e}")
+    return web.Response(status=200, text="success")
+
+
+async def rtc_socket(server: "LoopbackLiveKitServer", request: web.Request) -> web.StreamResponse:
+    try:
+        grant = auth.join_grant(server.api_key, server.api_secret, _token(request))
+    except auth.AuthError as e:
+        return web.Response(status=401, text=f"invalid token: {e}")
+    if request.query.get("reconnect") in ("1", "true"):
+        # resume is not supported: make the SDK do a full rejoin
+        return web.Response(status=404, text="resume not supported")
+
+    ws = web.WebSocketResponse(max_msg_size=0, timeout=2.0)
+    await ws.prepare(request)
+    q = request.query
+    options = ParticipantOptions(
+        auto_subscribe=q.get("auto_subscribe", "1") not in ("0", "false"),
+        client_protocol=int(q.get("client_protocol", "0") or 0),
+        capabilities=_capabilities(q.get("capabilities", "")),
+        sdk=q.get("sdk", ""),
+    )
+    room, created = server.get_or_create_room(grant.room)
+    now = time.time()
+    info = models.ParticipantInfo(
+        sid=new_sid("PA_"),
+        identity=grant.identity,
+        name=grant.name,
+        metadata=grant.metadata,
+        state=models.ParticipantInfo.State.JOINED,
+        kind=grant.kind,
+        joined_at=int(now),
+        joined_at_ms=int(now * 1000),
+        version=1,
+        client_protocol=options.client_protocol,
+        permission=models.ParticipantPermission(
+            can_subscribe=grant.can_subscribe,
+            can_publish=grant.can_publish,
+            can_publish_data=grant.can_publish_data,
+            can_update_metadata=grant.can_update_metadata,
+            hidden=grant.hidden,
+            agent=grant.agent,
+        ),
+    )
+    info.attributes.update(grant.attributes)
+    info.capabilities.extend(options.capabilities)
+
+    async def _send(msg: rtc.SignalResponse) -> None:
+        if not ws.closed:
+            await ws.send_bytes(msg.SerializeToString())
+
+    p = Participant(room, info, _send, options, server.allowed_ips)
+    p.close_transport = ws.close
+    old = await room.add_participant(p)
+    if old is not None:
+        await old.send(rtc.SignalResponse(leave=rtc.LeaveRequest(
+            reason=models.DisconnectReason.DUPLICATE_IDENTITY,
+            action=rtc.LeaveRequest.Action.DISCONNECT)))
+        await old.close()
+
+    join = rtc.JoinResponse(
+        room=room.info(),
+        participant=p.info,
+        other_participants=[o.info for o in room.visible(exclude=p)],
+        server_version=SERVER_VERSION,
+        subscriber_primary=True,
+        ping_timeout=PING_TIMEOUT,
+        ping_interval=PING_INTERVAL,
+        server_info=server_info(server.node_id),
+    )
+    await p.send(rtc.SignalResponse(join=join))
+    await room.announce(p)
+    p.negotiate_subscriber()  # initial server offer (data channels + existing tracks)
+    if created:
+        server.on_room_created(room, grant)
+
+    server.track_socket(ws)
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.BINARY:
+                req = rtc.SignalRequest()
+                try:
+                    req.ParseFromString(msg.data)
+                except Exception:
+                    log.warning("undecodable signal request from %s", p.identity)
+                    continue
+                try:
+                    await p.handle(req)
+                except Exception:
+                    log.exception("error handling %s from %s", req.WhichOneof("message"), p.identity)
+            elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+                break
+            if p.closed:
+                break
+    except asyncio.CancelledError:
+        pass
+    finally:
+        server.untrack_socket(ws)
+        await room.remove_participant(p, models.DisconnectReason.CLIENT_INITIATED)
+        if not ws.closed:
+            await ws.close()
+    return ws
