@@ -22,8 +22,13 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[reference,livekit,dev]'
 	touch $@ $(VENV)/.installed-run
 
-install: $(VENV)/.installed-run
-install-dev: $(VENV)/.installed-dev
+# The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json.
+frontend/node_modules/.installed: frontend/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix frontend --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "note: npm missing; the page's LiveKit mode and its browser test are unavailable"; fi
+
+install: $(VENV)/.installed-run frontend/node_modules/.installed
+install-dev: $(VENV)/.installed-dev frontend/node_modules/.installed
 
 # Headless Chromium and its driver for the browser tests (Debian packages).
 system-deps:
@@ -43,4 +48,4 @@ bench: install-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache
+	rm -rf $(VENV) artifacts .pytest_cache frontend/node_modules

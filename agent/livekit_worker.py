@@ -68,6 +68,29 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, *, dev: bool)
     return server
 
 
+async def _serve(settings: Settings, *, dev: bool) -> None:
+    from agent.cli import build_backend
+    from agent.server import build_app, start_http
+
+    backend = build_backend(settings)
+    start = getattr(backend, "start", None)
+    if start is not None:
+        await start()
+    server = build_agent_server(settings, backend, dev=dev)
+    page = None
+    if dev:  # the page too, minting room tokens with this worker's credentials
+        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
+        print(f"duplex-agent: the page is on http://{settings.host}:{settings.port}/ (LiveKit mode mints dev tokens)",
+              flush=True)
+    print(f"duplex-agent: registering with {settings.livekit_url} as agent {settings.agent_name!r} "
+          f"(capacity {settings.max_sessions} sessions)", flush=True)
+    try:
+        await server.run(devmode=dev)
+    finally:
+        if page is not None:
+            await page.cleanup()
+
+
 def run_worker(settings: Settings, *, dev: bool) -> int:
     """Register and serve until interrupted; a clear message and exit 2 on bad configuration."""
     try:
@@ -75,14 +98,8 @@ def run_worker(settings: Settings, *, dev: bool) -> int:
     except CredentialsError as exc:
         print(f"duplex-agent: {exc}", file=sys.stderr)
         return 2
-    from agent.cli import build_backend
-
-    backend = build_backend(settings)
-    server = build_agent_server(settings, backend, dev=dev)
-    print(f"duplex-agent: registering with {settings.livekit_url} as agent {settings.agent_name!r} "
-          f"(capacity {settings.max_sessions} sessions)", flush=True)
     try:
-        asyncio.run(server.run(devmode=dev))
+        asyncio.run(_serve(settings, dev=dev))
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # the SDK gave up after its retries

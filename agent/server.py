@@ -13,8 +13,15 @@ BACKEND_KEY = web.AppKey("backend", object)
 
 
 def build_app(
-    backend: DuplexBackend, settings: Settings, *, with_webrtc: bool = True, config_timeout_s: float = 10.0
+    backend: DuplexBackend,
+    settings: Settings,
+    *,
+    with_webrtc: bool = True,
+    config_timeout_s: float = 10.0,
+    mint_livekit_tokens: bool = False,
 ) -> web.Application:
+    """The worker's routes. ``mint_livekit_tokens`` (dev mode only) lets the page ask for
+    room tokens signed with the worker's LiveKit credentials."""
     app = web.Application(client_max_size=64 * 1024)
     app[BACKEND_KEY] = backend
 
@@ -34,6 +41,24 @@ def build_app(
         from webrtc.host_address import interface_ipv4
         from webrtc.signaling import register_webrtc_routes
 
+        from webrtc.livekit_tokens import register_livekit_token_routes
+
         register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4())
         register_frontend_routes(app)
+        minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret
+        register_livekit_token_routes(
+            app,
+            url=settings.livekit_url if minting else "",
+            api_key=settings.livekit_api_key if minting else "",
+            api_secret=settings.livekit_api_secret if minting else "",
+            agent_name=settings.agent_name,
+        )
     return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app`` on host:port; the caller cleans the returned runner up."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

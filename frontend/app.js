@@ -1,5 +1,10 @@
-// The direct (aiortc) call page: one RTCPeerConnection, a mic track, and an
-// "events" data channel carrying server events to the page and settings back.
+// The call page, two ways to reach the agent:
+// - Direct: one RTCPeerConnection to this server (aiortc), a mic track, and an
+//   "events" data channel carrying server events to the page and settings back.
+// - LiveKit: join a LiveKit room with livekit-client (loaded on demand from
+//   /vendor/livekit-client.umd.js), publish the mic, play the agent's track;
+//   transcripts arrive on "lk.transcription" text streams and the agent's state
+//   is its "lk.agent.state" participant attribute.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -7,10 +12,16 @@ const ui = {
   connect: $("connect"), status: $("status"), error: $("error"), state: $("agent-state"),
   level: $("level"), turn: $("fig-turn"), barge: $("fig-barge"), rtt: $("fig-rtt"),
   overlap: $("overlap-policy"), instructions: $("instructions"), transcript: $("transcript"),
-  audio: $("agent-audio"),
+  audio: $("agent-audio"), enableAudio: $("enable-audio"),
+  modeDirect: $("mode-direct"), modeLiveKit: $("mode-livekit"), lkFields: $("livekit-fields"),
+  lkUrl: $("lk-url"), lkToken: $("lk-token"), lkTokenInfo: $("lk-token-info"), lkDev: $("lk-dev"),
+  lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"),
 };
 
-let call = null; // {pc, channel, stream, audioContext, timers}
+// The call in progress: {kind: "direct", pc, channel, ...} or {kind: "livekit", room, ...};
+// both carry stream (the mic), audioContext (the level meter) and timers.
+let call = null;
+let mode = "direct";
 
 function showError(text) {
   ui.error.textContent = text;
@@ -138,8 +149,12 @@ function iceGatheringComplete(pc, timeoutMs) {
 }
 
 async function readRtt(pc) {
-  const stats = await pc.getStats();
+  return rttOf(await pc.getStats());
+}
+
+function rttOf(stats) {
   let rtt = null;
+  if (!stats) return rtt;
   stats.forEach((report) => {
     if (report.type === "candidate-pair" && report.nominated && report.currentRoundTripTime != null) {
       rtt = report.currentRoundTripTime * 1000;
@@ -151,6 +166,7 @@ async function readRtt(pc) {
 async function connect() {
   showError("");
   ui.connect.disabled = true;
+  setModeTabsEnabled(false);
   setStatus("Asking for the microphone…");
   let stream;
   try {
@@ -159,11 +175,13 @@ async function connect() {
     showError(err.message);
     setStatus("Not connected");
     ui.connect.disabled = false;
+    setModeTabsEnabled(true);
     return;
   }
   const pc = new RTCPeerConnection({iceServers: []});
   const channel = pc.createDataChannel("events");
-  call = {pc, channel, stream, audioContext: startLevelMeter(stream), timers: []};
+  call = {kind: "direct", pc, channel, stream, timers: []};
+  call.audioContext = startLevelMeter(stream);
   stream.getAudioTracks().forEach((track) => pc.addTrack(track, stream));
   pc.ontrack = (event) => { ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]); };
   channel.onmessage = onServerMessage;
@@ -196,20 +214,375 @@ async function connect() {
 
 function disconnect(statusText) {
   if (!call) return;
-  const {pc, stream, audioContext, timers} = call;
+  const session = call;
   call = null;
-  timers.forEach(clearInterval);
-  pc.close();
-  stream.getTracks().forEach((track) => track.stop());
-  audioContext.close();
+  session.timers.forEach(clearInterval);
+  if (session.kind === "direct") session.pc.close();
+  else session.room.disconnect().catch(() => {});
+  session.stream.getTracks().forEach((track) => track.stop());
+  session.audioContext.close();
   ui.level.style.width = "0%";
   ui.audio.srcObject = null;
+  ui.enableAudio.hidden = true;
+  ui.rtt.textContent = formatMs(null);
   setAgentState("idle");
   setStatus(statusText);
   ui.connect.textContent = "Connect";
   ui.connect.disabled = false;
+  setModeTabsEnabled(true);
 }
 
-ui.connect.addEventListener("click", () => (call ? disconnect("Not connected") : connect()));
+ui.connect.addEventListener("click", () => {
+  if (call) disconnect("Not connected");
+  else if (mode === "livekit") connectLiveKit();
+  else connect();
+});
 ui.overlap.addEventListener("change", sendSettings);
 ui.instructions.addEventListener("change", sendSettings);
+
+// ---- modes ----
+
+/** The controls that only make sense between calls: the mode tabs and the LiveKit fields. */
+function setModeTabsEnabled(enabled) {
+  for (const control of [ui.modeDirect, ui.modeLiveKit, ui.lkUrl, ui.lkToken, ui.lkRoom, ui.lkGetToken]) {
+    control.disabled = !enabled;
+  }
+}
+
+function selectMode(next) {
+  if (call || next === mode) return;
+  mode = next;
+  document.body.dataset.mode = mode;
+  ui.modeDirect.classList.toggle("active", mode === "direct");
+  ui.modeLiveKit.classList.toggle("active", mode === "livekit");
+  ui.modeDirect.setAttribute("aria-selected", String(mode === "direct"));
+  ui.modeLiveKit.setAttribute("aria-selected", String(mode === "livekit"));
+  ui.lkFields.hidden = mode !== "livekit";
+  showError("");
+  if (mode === "livekit") loadLiveKit().catch((err) => showError(err.message));
+}
+
+ui.modeDirect.addEventListener("click", () => selectMode("direct"));
+ui.modeLiveKit.addEventListener("click", () => selectMode("livekit"));
+
+// ---- LiveKit: the client library, on demand ----
+
+const LIVEKIT_CLIENT_URL = "/vendor/livekit-client.umd.js";
+let livekitLoading = null;
+
+function loadLiveKit() {
+  if (window.LivekitClient) return Promise.resolve(window.LivekitClient);
+  if (!livekitLoading) {
+    livekitLoading = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = LIVEKIT_CLIENT_URL;
+      script.onload = () => (window.LivekitClient ? resolve(window.LivekitClient)
+        : reject(new Error("The LiveKit client library loaded but did not start.")));
+      script.onerror = () => {
+        livekitLoading = null;
+        script.remove();
+        reject(new Error("The LiveKit client library is not installed on this server "
+          + "(run `npm ci --prefix frontend`, or `make install`)."));
+      };
+      document.head.appendChild(script);
+    });
+  }
+  return livekitLoading;
+}
+
+// ---- LiveKit: URL, token and dev tokens ----
+
+const URL_KEY = "duplex-agent.livekit-url";
+
+function randomName(prefix) {
+  const bytes = crypto.getRandomValues(new Uint8Array(4));
+  return prefix + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The claims of a JWT, or null when it is not one. Nothing is verified here: the server does that. */
+function tokenClaims(token) {
+  const parts = token.split(".");
+  if (parts.length !== 3) return null;
+  try {
+    const base64 = parts[1].replace(/-/g, "+").replace(/_/g, "/");
+    const json = decodeURIComponent(Array.from(atob(base64.padEnd(Math.ceil(base64.length / 4) * 4, "=")),
+      (c) => "%" + c.charCodeAt(0).toString(16).padStart(2, "0")).join(""));
+    const claims = JSON.parse(json);
+    return claims && typeof claims === "object" ? claims : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Why these inputs cannot work, or "" when they might. */
+function liveKitInputProblem(url, token) {
+  if (!url) return "Enter the LiveKit server's URL (ws://… or wss://…).";
+  let parsed;
+  try { parsed = new URL(url); } catch { parsed = null; }
+  if (!parsed || !["ws:", "wss:", "http:", "https:"].includes(parsed.protocol)) {
+    return `"${url}" is not a LiveKit URL: it should look like wss://your-project.livekit.cloud or ws://host:7880.`;
+  }
+  if (!token) return "Enter a token for the room (or get a dev token).";
+  const claims = tokenClaims(token);
+  if (!claims) return "That token is not a LiveKit token (a JWT: three parts separated by dots).";
+  if (typeof claims.exp === "number" && claims.exp * 1000 < Date.now()) {
+    return `That token expired at ${new Date(claims.exp * 1000).toLocaleString()}; get a new one.`;
+  }
+  if (!claims.video || !claims.video.roomJoin) return "That token does not allow joining a room (no roomJoin grant).";
+  return "";
+}
+
+function describeToken() {
+  const token = ui.lkToken.value.trim();
+  const claims = token ? tokenClaims(token) : null;
+  ui.lkTokenInfo.classList.remove("bad");
+  if (!token) { ui.lkTokenInfo.textContent = ""; return; }
+  if (!claims) {
+    ui.lkTokenInfo.textContent = "Not a JWT.";
+    ui.lkTokenInfo.classList.add("bad");
+    return;
+  }
+  const room = claims.video && claims.video.room ? claims.video.room : "?";
+  let text = `Room ${room} as ${claims.sub || "?"}`;
+  if (typeof claims.exp === "number") {
+    const expired = claims.exp * 1000 < Date.now();
+    text += expired ? ", expired" : `, valid until ${new Date(claims.exp * 1000).toLocaleTimeString()}`;
+    if (expired) ui.lkTokenInfo.classList.add("bad");
+  }
+  ui.lkTokenInfo.textContent = text;
+}
+
+async function loadLiveKitConfig() {
+  ui.lkUrl.value = localStorage.getItem(URL_KEY) || "";
+  ui.lkRoom.value = randomName("duplex-");
+  let config = null;
+  try {
+    const response = await fetch("/api/livekit/config", {cache: "no-store"});
+    if (response.ok) config = await response.json();
+  } catch { /* an older server: no dev tokens */ }
+  if (!config || !config.enabled) return;
+  ui.lkDev.hidden = false;
+  if (!ui.lkUrl.value && config.url) ui.lkUrl.value = config.url;
+}
+
+async function getDevToken() {
+  showError("");
+  ui.lkGetToken.disabled = true;
+  try {
+    const room = ui.lkRoom.value.trim() || randomName("duplex-");
+    const response = await fetch("/api/livekit/token", {
+      method: "POST",
+      headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({room, identity: randomName("caller-")}),
+    });
+    let answer = {};
+    try { answer = await response.json(); } catch { /* not JSON */ }
+    if (!response.ok) throw new Error(answer.error ? answer.error.message : `HTTP ${response.status}`);
+    ui.lkUrl.value = answer.url;
+    ui.lkToken.value = answer.token;
+    ui.lkRoom.value = answer.room;
+    localStorage.setItem(URL_KEY, answer.url);
+    describeToken();
+    setStatus(`Dev token ready for room ${answer.room}`);
+  } catch (err) {
+    showError("Could not get a dev token: " + err.message);
+  } finally {
+    ui.lkGetToken.disabled = false;
+  }
+}
+
+ui.lkGetToken.addEventListener("click", getDevToken);
+ui.lkToken.addEventListener("input", describeToken);
+
+// ---- LiveKit: the call ----
+
+const TRANSCRIPTION_TOPIC = "lk.transcription";
+const AGENT_STATE = "lk.agent.state";
+
+function describeLiveKitError(LK, err, url) {
+  if (err && err.name === "ConnectionError") {
+    const R = LK.ConnectionErrorReason;
+    switch (err.reason) {
+      case R.NotAllowed:
+        return `The LiveKit server refused the token${err.status ? ` (HTTP ${err.status})` : ""}: `
+          + `${err.message}. Get a token for this server and room.`;
+      case R.ServerUnreachable:
+        return `Could not reach the LiveKit server at ${url}. Check the URL and that the server is running.`;
+      case R.Timeout:
+        return `The LiveKit server at ${url} did not answer in time (${err.message}).`;
+      case R.Cancelled:
+        return "The connection attempt was cancelled.";
+      case R.LeaveRequest:
+        return "The LiveKit server turned the connection away: " + err.message;
+      default:
+        return `Could not connect to LiveKit (${err.reasonName || "error"}): ${err.message}`;
+    }
+  }
+  return "Could not connect to LiveKit: " + (err && err.message ? err.message : String(err));
+}
+
+function describeDisconnect(LK, reason) {
+  const R = LK.DisconnectReason;
+  switch (reason) {
+    case R.DUPLICATE_IDENTITY: return "Disconnected: someone joined with the same identity";
+    case R.PARTICIPANT_REMOVED: return "Disconnected: you were removed from the room";
+    case R.ROOM_DELETED: case R.ROOM_CLOSED: return "Disconnected: the room was closed";
+    case R.SERVER_SHUTDOWN: return "Disconnected: the LiveKit server shut down";
+    case R.JOIN_FAILURE: return "Disconnected: joining the room failed";
+    default: return "Disconnected";
+  }
+}
+
+/** The room's agent: a remote participant of kind AGENT or one that publishes lk.agent.state. */
+function agentOf(LK, room) {
+  for (const participant of room.remoteParticipants.values()) {
+    if (participant.kind === LK.ParticipantKind.AGENT || AGENT_STATE in (participant.attributes || {})) {
+      return participant;
+    }
+  }
+  return null;
+}
+
+function showLiveKitAgent(session) {
+  if (call !== session || !session.joined) return;
+  const agent = agentOf(session.LK, session.room);
+  if (!agent) {
+    setAgentState("idle");
+    setStatus("Connected; waiting for the agent to join");
+    return;
+  }
+  setAgentState((agent.attributes && agent.attributes[AGENT_STATE]) || "idle");
+  setStatus("Connected");
+}
+
+/** Whether a transcription stream is about what the local person said. */
+function spokenLocally(room, senderIdentity, attributes) {
+  const local = room.localParticipant;
+  if (senderIdentity && senderIdentity === local.identity) return true;
+  const trackId = attributes["lk.transcribed_track_id"];
+  return Boolean(trackId && local.trackPublications.has(trackId));
+}
+
+async function onTranscription(session, reader, senderIdentity) {
+  const attributes = (reader.info && reader.info.attributes) || {};
+  const who = spokenLocally(session.room, senderIdentity, attributes) ? "user" : "agent";
+  const segment = attributes["lk.segment_id"] || reader.info.id;
+  const final = attributes["lk.transcription_final"] === "true";
+  const key = who + ":" + segment;
+  let li = session.segments.get(key);
+  if (!li) {
+    li = addLine(who, "");
+    session.segments.set(key, li);
+  }
+  if (final) {
+    const text = await reader.readAll();
+    if (call !== session) return;
+    li.dataset.final = "true";
+    li.classList.remove("interim");
+    li.textContent = text;
+    if (!text.trim()) li.remove();
+    return;
+  }
+  li.classList.add("interim");
+  for await (const chunk of reader) {
+    if (call !== session || li.dataset.final) return;
+    li.textContent += chunk;
+    li.scrollIntoView({block: "nearest"});
+  }
+}
+
+function watchRoom(session) {
+  const {LK, room} = session;
+  const E = LK.RoomEvent;
+  const mine = (handler) => (...args) => { if (call === session) handler(...args); };
+  room.registerTextStreamHandler(TRANSCRIPTION_TOPIC, (reader, participantInfo) => {
+    onTranscription(session, reader, participantInfo && participantInfo.identity)
+      .catch((err) => console.warn("transcription stream failed", err));
+  });
+  room.on(E.TrackSubscribed, mine((track) => {
+    if (track.kind === LK.Track.Kind.Audio) track.attach(ui.audio);
+  }));
+  room.on(E.TrackUnsubscribed, mine((track) => {
+    if (track.kind === LK.Track.Kind.Audio) track.detach(ui.audio);
+  }));
+  room.on(E.AudioPlaybackStatusChanged, mine(() => { ui.enableAudio.hidden = room.canPlaybackAudio; }));
+  room.on(E.ParticipantConnected, mine(() => showLiveKitAgent(session)));
+  room.on(E.ParticipantDisconnected, mine(() => showLiveKitAgent(session)));
+  room.on(E.ParticipantAttributesChanged, mine(() => showLiveKitAgent(session)));
+  room.on(E.Reconnecting, mine(() => setStatus("Reconnecting…")));
+  room.on(E.Reconnected, mine(() => showLiveKitAgent(session)));
+  // Before the join completes, connectLiveKit's own catch explains the failure.
+  room.on(E.Disconnected, mine((reason) => { if (session.joined) disconnect(describeDisconnect(LK, reason)); }));
+}
+
+async function connectLiveKit() {
+  showError("");
+  const url = ui.lkUrl.value.trim();
+  const token = ui.lkToken.value.trim();
+  const problem = liveKitInputProblem(url, token);
+  if (problem) { showError(problem); return; }
+  ui.connect.disabled = true;
+  setModeTabsEnabled(false);
+  const fail = (message) => {
+    showError(message);
+    setStatus("Not connected");
+    ui.connect.disabled = false;
+    setModeTabsEnabled(true);
+  };
+  let LK;
+  try {
+    setStatus("Loading the LiveKit client…");
+    LK = await loadLiveKit();
+  } catch (err) {
+    fail(err.message);
+    return;
+  }
+  setStatus("Asking for the microphone…");
+  let stream;
+  try {
+    stream = await openMicrophone();
+  } catch (err) {
+    fail(err.message);
+    return;
+  }
+  const room = new LK.Room({adaptiveStream: false, dynacast: false});
+  const session = {kind: "livekit", LK, room, stream, timers: [], segments: new Map(), joined: false};
+  call = session;
+  session.audioContext = startLevelMeter(stream);
+  watchRoom(session);
+  setStatus("Connecting to LiveKit…");
+  try {
+    await room.connect(url, token, {autoSubscribe: true});
+    if (call !== session) return;
+    localStorage.setItem(URL_KEY, url);
+    const publication = await room.localParticipant.publishTrack(stream.getAudioTracks()[0], {
+      source: LK.Track.Source.Microphone, name: "microphone",
+    });
+    if (call !== session) return;
+    session.joined = true;
+    session.timers.push(setInterval(async () => {
+      const track = publication.track;
+      const rtt = track ? rttOf(await track.getRTCStatsReport().catch(() => null)) : null;
+      if (call === session) ui.rtt.textContent = formatMs(rtt);
+    }, 1000));
+    room.startAudio().catch(() => {});
+    ui.enableAudio.hidden = room.canPlaybackAudio;
+    ui.connect.textContent = "Disconnect";
+    ui.connect.disabled = false;
+    showLiveKitAgent(session);
+  } catch (err) {
+    if (call === session) disconnect("Not connected");
+    showError(describeLiveKitError(LK, err, url));
+  }
+}
+
+ui.enableAudio.addEventListener("click", () => {
+  if (call && call.kind === "livekit") {
+    call.room.startAudio().then(() => { ui.enableAudio.hidden = call === null || call.room.canPlaybackAudio; })
+      .catch(() => {});
+  }
+});
+
+document.body.dataset.mode = mode;
+loadLiveKitConfig();
+if (location.hash === "#livekit") selectMode("livekit");

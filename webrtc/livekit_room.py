@@ -171,6 +171,7 @@ class LiveKitRoomCall:
         await asyncio.gather(*self._call_tasks, return_exceptions=True)
         self._call_tasks = []
         if self.path is not None:
+            log.info("call figures: %s", self.path.figures_message())
             await self.path.close()
             self.path = None
         if self.conversation is not None:
@@ -236,6 +237,8 @@ class LiveKitRoomCall:
             self._later(lambda: self._agent_transcript(event.response_id, None, final=event.transcript))
         elif isinstance(event, p.ResponseDone) and event.status != "completed":
             self._later(self._close_agent_segment)
+        elif isinstance(event, p.DtmfReceived):
+            log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
 
     async def _send_user_transcript(self, caller: rtc.RemoteParticipant, text: str) -> None:
         if not text:

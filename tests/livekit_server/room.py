@@ -171,7 +171,18 @@ class Room:
         except Exception:
             log.warning("undecodable data packet from %s", sender.identity)
             return
-        pkt.participant_identity = sender.identity
+        # As LiveKit's SFU: the sender's identity is asserted, except that an agent may
+        # open a text stream on behalf of another participant (transcriptions).
+        on_behalf = (
+            pkt.WhichOneof("value") == "stream_header"
+            and sender.info.kind == models.ParticipantInfo.Kind.AGENT
+            and pkt.participant_identity not in ("", sender.identity)
+        )
+        if on_behalf:
+            if pkt.stream_header.WhichOneof("content_header") == "text_header":
+                pkt.stream_header.text_header.generated = True
+        else:
+            pkt.participant_identity = sender.identity
         pkt.participant_sid = sender.sid
         dests = set(pkt.destination_identities)
         if pkt.WhichOneof("value") == "user":

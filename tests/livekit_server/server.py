@@ -17,6 +17,21 @@ from .room import Room
 log = logging.getLogger(__name__)
 
 
+@web.middleware
+async def _allow_any_origin(request: web.Request, handler: Any) -> web.StreamResponse:
+    """CORS for every origin, as livekit-server does: livekit-client (browser) fetches
+    /rtc/v1/validate and /rtc/validate cross-origin to explain a failed websocket upgrade
+    (404 -> fall back to /rtc, 401 -> bad token); without this header it reads "unreachable"."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers["Access-Control-Allow-Origin"] = "*"
+        raise
+    if not response.prepared:  # a websocket response is already under way
+        response.headers["Access-Control-Allow-Origin"] = "*"
+    return response
+
+
 class LoopbackLiveKitServer:
     """In-process LiveKit server for tests (see package docstring for versions)."""
 
@@ -57,7 +72,7 @@ class LoopbackLiveKitServer:
         return {self.ip}
 
     async def start(self) -> "LoopbackLiveKitServer":
-        app = web.Application()
+        app = web.Application(middlewares=[_allow_any_origin])
         app.router.add_get("/", self._health)
         app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
         app.router.add_get("/rtc/validate", lambda r: signal.validate(self, r))

@@ -1,0 +1,128 @@
+"""The real worker process, dispatched by agent name on the loopback LiveKit server,
+talking with callers on the real livekit SDK."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import soxr
+from livekit.protocol import agent as agent_pb
+
+from tests.livekit.caller import LiveKitCaller
+from tests.livekit.conftest import AGENT_NAME
+from tests.speech import speak, transcribe, words
+from tests.webrtc.client_peer import wait_for
+
+QUESTION = "Please book a table for two people tonight."
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family and our two dogs.")
+
+
+async def _ready_worker(livekit_server, start_worker, **kwargs):
+    worker = await start_worker(**kwargs)
+    await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=60)
+    return worker
+
+
+def _agent_identity(livekit_server, room: str) -> str | None:
+    participants = livekit_server.rooms[room].participants if room in livekit_server.rooms else {}
+    for identity, participant in participants.items():
+        if participant.info.kind == 4:  # AGENT
+            return identity
+    return None
+
+
+async def _until_quiet(caller: LiveKitCaller, since: int, quiet_s: float = 0.8, timeout: float = 30) -> None:
+    """Wait until the agent has spoken since frame ``since`` and then gone quiet."""
+    frames = int(quiet_s / 0.01)  # the SDK delivers 10 ms frames
+    await wait_for(lambda: caller.loud_frames(since) > 0, timeout, "the agent to speak")
+
+    def quiet() -> bool:
+        tail = caller.received[-frames:]
+        return len(tail) == frames and all(float(np.sqrt(np.mean(f**2))) < 0.01 for f in tail)
+
+    await wait_for(quiet, timeout, "the agent to stop talking")
+
+
+def _agent_audio(caller: LiveKitCaller, since: int = 0) -> np.ndarray:
+    return np.concatenate(caller.received[since:]) if caller.received[since:] else np.zeros(0, np.float32)
+
+
+async def test_dispatched_worker_talks_with_a_caller(livekit_server, start_worker):
+    worker = await _ready_worker(livekit_server, start_worker)
+    room = "call-1"
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("alice", room))
+    await caller.join()
+    dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
+    assert dispatch.state == "assigned"
+    await wait_for(lambda: _agent_identity(livekit_server, room) is not None, 30, "the agent to join")
+    await wait_for(lambda: "listening" in caller.agent_states, 30, "the agent's state")
+    agent = _agent_identity(livekit_server, room)
+
+    # One exchange: the caller's words and the agent's spoken echo.
+    start = len(caller.received)
+    caller.mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1200))
+    await wait_for(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's transcript")
+    await _until_quiet(caller, start)
+    said = words(transcribe(_agent_audio(caller, start), 48000))
+    assert {"you", "said", "table"} <= set(said), said
+    user = [t for t in caller.transcripts if t.sender == "alice"]
+    assert user and user[0].final and "table" in words(user[0].text)
+    assert "lk.transcribed_track_id" in user[0].attributes and "lk.segment_id" in user[0].attributes
+    reply = [t for t in caller.transcripts if t.sender == agent and t.final][0]
+    assert words(reply.text)[:2] == ["you", "said"]
+    assert {"thinking", "speaking", "listening"} <= set(caller.agent_states)
+
+    # Talk over a long reply: the agent stops.
+    caller.mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
+    before = len(caller.received)
+    await wait_for(lambda: caller.loud_frames(before) > 100, 40, "1 s of the agent's long reply")
+    cut = len(caller.received)
+    replies = len([t for t in caller.transcripts if t.sender == agent])
+    caller.mic.say(speak("Wait, stop please.", 48000, after_ms=1200))
+    await wait_for(lambda: len([t for t in caller.transcripts if t.sender == agent]) > replies, 30,
+                   "the agent to answer the interruption")
+    # From the interruption to the agent's next answer (over 1.5 s: the caller's words and
+    # the silence window) the old reply, left alone, would fill most frames; stopped, it fills
+    # only the way there and back through the loopback SFU (which decodes and re-encodes).
+    answer_at = [t for t in caller.transcripts if t.sender == agent][replies].at_frame
+    window = answer_at - cut
+    assert window >= 100
+    assert caller.loud_frames(cut) - caller.loud_frames(answer_at) <= 0.4 * window
+    assert "listening" in caller.agent_states[caller.agent_states.index("speaking"):]
+
+    # The caller leaves: the worker ends the session and the job.
+    job_id = dispatch.job_id
+    await caller.leave()
+    await wait_for(lambda: livekit_server.jobs[job_id].status in (agent_pb.JobStatus.JS_SUCCESS, agent_pb.JobStatus.JS_FAILED)
+                   or livekit_server.jobs[job_id].terminated, 30, "the job to end")
+    assert "session" in worker.log()
+
+
+async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, start_worker):
+    worker = await _ready_worker(livekit_server, start_worker)
+    room = "sip-call"
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(
+        "sip_+15550100", room, kind="sip", attributes={"sip.phoneNumber": "+15550100"}))
+    await caller.join()
+    dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
+    await wait_for(lambda: "listening" in caller.agent_states, 40, "the agent")
+    agent = _agent_identity(livekit_server, room)
+
+    # Telephone audio: band-limited to 8 kHz, carried in a 48 kHz track.
+    narrow = soxr.resample(soxr.resample(speak(QUESTION, 48000), 48000, 8000), 8000, 48000).astype(np.float32)
+    caller.mic.say(np.concatenate([np.zeros(14400, np.float32), narrow, np.zeros(57600, np.float32)]))
+    await wait_for(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's reply")
+    user = [t for t in caller.transcripts if t.sender == "sip_+15550100"]
+    assert user and "table" in words(user[0].text)
+
+    for code, digit in ((1, "1"), (2, "2"), (11, "#")):
+        await caller.room.local_participant.publish_dtmf(code=code, digit=digit)
+    await wait_for(lambda: worker.log().count("DTMF") >= 3, 15, "the digits to reach the session")
+    assert "DTMF 1" in worker.log() and "DTMF #" in worker.log()
+
+    await caller.leave()  # hang up
+    await wait_for(lambda: livekit_server.jobs[dispatch.job_id].status != agent_pb.JobStatus.JS_RUNNING
+                   or livekit_server.jobs[dispatch.job_id].terminated, 30, "the job to end")
+    await wait_for(lambda: "ends after 1 session" in worker.log(), 30, "the session to be freed")
