@@ -7,8 +7,6 @@ import asyncio
 import logging
 import sys
 
-from aiohttp import web
-
 from agent.audio import encode_wire_audio
 from agent.backend import DuplexBackend
 from agent.model_errors import MissingModelError
@@ -20,10 +18,14 @@ log = logging.getLogger("duplex_agent")
 def build_backend(settings: Settings) -> DuplexBackend:
     """The backend the settings ask for; loads models (once) with progress on the log."""
     if settings.backend:
+        import json
+        from pathlib import Path
+
         from agent.remote_backend import RemoteBackend
 
+        session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
         return RemoteBackend(settings.backend, model=settings.backend_model, api_key=settings.backend_api_key,
-                             max_sessions=settings.max_sessions)
+                             max_sessions=settings.max_sessions, session=session)
     from agent.local_backend import LocalBackend
     from agent.vad import SileroVadModel
     from plugins.contract import load_duplex_plugin, validate_duplex_plugin_sampling
@@ -40,15 +42,19 @@ def build_backend(settings: Settings) -> DuplexBackend:
     return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
 
 
-async def serve(settings: Settings) -> None:
-    from agent.server import build_app
-
+async def start_backend(settings: Settings) -> DuplexBackend:
     backend = build_backend(settings)
-    app = build_app(backend, settings)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    start = getattr(backend, "start", None)
+    if start is not None:
+        await start()  # a remote backend learns the model's capabilities here
+    return backend
+
+
+async def serve(settings: Settings) -> None:
+    from agent.server import build_app, start_http
+
+    backend = await start_backend(settings)
+    runner = await start_http(build_app(backend, settings), settings.host, settings.port)
     print(f"duplex-agent is serving on http://{settings.host}:{settings.port}/  (Ctrl-C to stop)", flush=True)
     try:
         await asyncio.Event().wait()

@@ -69,13 +69,10 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, *, dev: bool)
 
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
-    from agent.cli import build_backend
+    from agent.cli import start_backend
     from agent.server import build_app, start_http
 
-    backend = build_backend(settings)
-    start = getattr(backend, "start", None)
-    if start is not None:
-        await start()
+    backend = await start_backend(settings)
     server = build_agent_server(settings, backend, dev=dev)
     page = None
     if dev:  # the page too, minting room tokens with this worker's credentials

@@ -288,7 +288,9 @@ def _registry(base: type[Event]) -> dict[str, type[Event]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls.type:
+        # dataclass(slots=True) replaces each class; the replaced one lingers in
+        # __subclasses__() until garbage-collected and must not be registered.
+        if cls.type and "__slots__" in vars(cls):
             found[cls.type] = cls
     return found
 

@@ -22,6 +22,8 @@ class Settings:
     backend: str = ""
     backend_model: str = ""
     backend_api_key: str = ""
+    #: A JSON file of session fields every remote session opens with (e.g. MiniCPM-o's ``ref_audio``).
+    backend_session: str = ""
     max_sessions: int = 4
     #: Reference model responder: echo | openai.
     responder: str = "echo"

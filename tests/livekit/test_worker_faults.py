@@ -1,0 +1,129 @@
+"""The worker under load and faults: full at capacity, odd callers, rooms that close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from livekit import rtc
+
+from tests.livekit.caller import LiveKitCaller
+from tests.livekit.conftest import AGENT_NAME, REPO
+from tests.speech import speak, words
+from tests.webrtc.client_peer import wait_for
+
+QUESTION = "Please book a table for two people tonight."
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family and our two dogs.")
+
+
+async def _ready(livekit_server, start_worker, **kwargs):
+    worker = await start_worker(**kwargs)
+    await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=60)
+    return worker
+
+
+async def _caller(livekit_server, identity: str, room: str, **token) -> LiveKitCaller:
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room, **token))
+    await caller.join(publish=False)
+    return caller
+
+
+def _agent_replies(caller: LiveKitCaller) -> list[str]:
+    return [t.text for t in caller.transcripts if t.final and t.sender.startswith("agent-")]
+
+
+async def _exchange(caller: LiveKitCaller, text: str = QUESTION) -> str:
+    before = len(_agent_replies(caller))
+    caller.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
+    await wait_for(lambda: len(_agent_replies(caller)) > before, 40, "the agent's reply")
+    return _agent_replies(caller)[before]
+
+
+async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_server, start_worker):
+    await _ready(livekit_server, start_worker, max_sessions=1)
+    first = await _caller(livekit_server, "alice", "room-a")
+    await first.publish_microphone()
+    dispatch_a = await livekit_server.create_dispatch("room-a", AGENT_NAME)
+    assert dispatch_a.state == "assigned"
+    await wait_for(lambda: "listening" in first.agent_states, 40, "the first session")
+    worker_id = livekit_server.jobs[dispatch_a.job_id].worker_id
+    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
+    assert livekit_server.workers[worker_id].load >= 1.0
+
+    dispatch_b = await livekit_server.create_dispatch("room-b", AGENT_NAME)
+    assert dispatch_b.state == "no_worker"
+    assert (worker_id, "full") in dispatch_b.skipped
+
+    # When the first caller leaves, the worker is available again and takes the waiting room.
+    await first.leave()
+    await wait_for(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
+
+
+async def test_odd_callers_and_a_closing_room(livekit_server, start_worker):
+    worker = await _ready(livekit_server, start_worker, max_sessions=2)
+
+    # A caller with no microphone is not served, and nothing breaks.
+    silent = await _caller(livekit_server, "bob", "room-1")
+    dispatch = await livekit_server.create_dispatch("room-1", AGENT_NAME)
+    await wait_for(lambda: dispatch.state == "assigned", 20, "dispatch")
+    await asyncio.sleep(2)
+    assert "serving bob" not in worker.log()
+
+    # Once bob publishes a microphone and a second audio track (screen-share audio),
+    # only the microphone is heard.
+    await silent.publish_microphone()
+    await wait_for(lambda: "serving bob" in worker.log(), 20, "bob to be served")
+    other = rtc.AudioSource(48000, 1)
+    await silent.room.local_participant.publish_track(
+        rtc.LocalAudioTrack.create_audio_track("screen-audio", other),
+        rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_SCREENSHARE_AUDIO))
+    reply = await _exchange(silent)
+    assert "table" in words(reply)
+    agent = next(p for p in livekit_server.rooms["room-1"].participants.values() if p.info.kind == 4)
+    bob = livekit_server.rooms["room-1"].participants["bob"]
+    subscribed = {sid for sid in agent.subscriptions}
+    assert subscribed == {t.info.sid for t in bob.tracks.values() if t.info.source == rtc.TrackSource.SOURCE_MICROPHONE}
+
+    # The caller drops and comes back with the same identity: served again.
+    await silent.leave()
+    await wait_for(lambda: "caller bob left" in worker.log(), 20, "the worker to see bob leave")
+    again = await _caller(livekit_server, "bob", "room-1")
+    await again.publish_microphone()
+    await wait_for(lambda: worker.log().count("serving bob") >= 2, 30, "bob to be served again")
+    assert "table" in words(await _exchange(again))
+
+    # The room closes while the agent is talking: the job ends and its session is freed.
+    again.mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
+    await wait_for(lambda: again.agent_states[-1:] == ["speaking"], 40, "the agent to talk")
+    await livekit_server.close_room("room-1")
+    await wait_for(lambda: "ends after 2 session(s)" in worker.log(), 30, "the job to end")
+    await wait_for(lambda: all(w.load == 0 for w in livekit_server.workers.values()), 30, "the load to drop")
+
+    # And the worker keeps serving.
+    fresh = await _caller(livekit_server, "carol", "room-2")
+    await fresh.publish_microphone()
+    await livekit_server.create_dispatch("room-2", AGENT_NAME)
+    assert "table" in words(await _exchange(fresh))
+    assert worker.process.poll() is None
+    assert "Traceback" not in worker.log()
+    await fresh.leave()
+
+
+async def test_bad_credentials_are_refused_with_a_clear_message(livekit_server, start_worker, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
+    missing = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--plugin", "scripted"],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2
+    assert "missing LiveKit credentials" in missing.stderr and "LIVEKIT_API_SECRET" in missing.stderr
+
+    wrong = await start_worker(secret="not-the-secret-of-this-server-at-all")
+    await wait_for(lambda: "failed to connect" in wrong.log(), 30, "the refusal to show")
+    assert not livekit_server.workers
+
+    unreachable = await start_worker(url="ws://127.0.0.1:9")
+    await wait_for(lambda: unreachable.log().count("retrying in") >= 2, 30, "retries with backoff")
+    assert "ws://127.0.0.1:9" in unreachable.log()
+

@@ -1,0 +1,34 @@
+"""Our realtime endpoint with the scripted model, as a separate process a test can kill.
+
+Run: python -m tests.remote.server_process PORT  (prints "ready" once it listens on 127.0.0.1:PORT)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from aiohttp import web
+
+from agent.audio import encode_wire_audio
+from agent.local_backend import LocalBackend
+from agent.server import build_app
+from agent.settings import Settings
+from plugins.scripted import Script, ScriptedPlugin
+
+#: A reply long enough to kill the server in the middle of it (60 words, 50 ms apart).
+REPLY = " ".join(f"word{i}" for i in range(60))
+
+
+async def main(port: int) -> None:
+    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=REPLY, word_delay_s=0.05))
+    backend = LocalBackend(plugin, plugin.build_local_engine())
+    runner = web.AppRunner(build_app(backend, Settings(), with_webrtc=False))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1])))
