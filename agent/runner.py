@@ -163,6 +163,11 @@ class DuplexSessionRunner:
         return self._capabilities
 
     @property
+    def skipped_silence_units(self) -> int:
+        """Silence units not sent because the loop could not serve their deadline in time."""
+        return self._silence.skipped_units
+
+    @property
     def fence(self) -> DuplexFence:
         return DuplexFence(self.epoch, self.turn_id)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 
 import numpy as np
 import pytest
@@ -97,7 +98,7 @@ async def test_barge_in_mid_response(open_driver, transport):
 @TRANSPORTS
 async def test_silence_continuation_does_not_drift(open_driver, transport):
     script = Script(input_mode="continuous", unit_samples=320, silence_continuation_samples=320)
-    driver, plugin, _ = await open_driver(script, transport=transport)
+    driver, plugin, backend = await open_driver(script, transport=transport)
     await driver.send({"type": "session.update", "session": {"turn_detection": None}})
     await driver.until("session.created")
     await driver.append(tone(20))
@@ -109,13 +110,16 @@ async def test_silence_continuation_does_not_drift(open_driver, transport):
     period = 0.02
     anchor = script.unit_log[0][0]
     times = [t for t, _ in script.unit_log[1:101]]
-    # Each unit lands on its slot of the schedule (k-th at anchor + k * period), so the
-    # error of the 100th is as small as the first's: no accumulation.
+    # Each unit lands on its slot (the k-th at anchor + k * period). Jitter is the loop's;
+    # drift would make the error grow from the first units to the last.
     slots = [round((t - anchor) / period) for t in times]
     errors = [t - (anchor + k * period) for t, k in zip(times, slots, strict=True)]
-    assert max(abs(e) for e in errors) < period / 2
+    drift = statistics.median(errors[-20:]) - statistics.median(errors[:20])
+    assert abs(drift) < 0.005, f"schedule drifted by {drift * 1000:.1f} ms over 100 units"
     assert all(b > a for a, b in zip(slots, slots[1:], strict=False)), "two units in one slot: a burst"
-    assert slots[-1] <= 100 + 5, "units fell behind the schedule"
+    # A slot is empty only where the loop was too late and the unit was skipped, not sent late.
+    skipped = backend.runners[0].skipped_silence_units
+    assert slots[-1] - slots[0] + 1 - len(slots) <= skipped <= 5
 
 
 @TRANSPORTS
