@@ -48,8 +48,9 @@ from webrtc.playout import SAMPLE_RATE, ChunkStarted, PlayoutQueue, ResponsePlay
 logger = logging.getLogger("duplex_agent.webrtc")
 
 OVERLAP_POLICIES = ("barge_in", "listen")
-#: soxr quality for both directions: "LQ" holds back ~2-8 ms and emits every chunk;
-#: "HQ" holds back 20-33 ms and emits every other 20 ms chunk.
+#: soxr quality for both directions. soxr releases output in blocks: "LQ" holds back
+#: 0-20 ms (11 ms on average) of 20 ms chunks between 16 and 48 kHz, ~1 ms from 22.05
+#: kHz; "HQ" holds back 20-33 ms. LQ keeps an anti-aliasing filter, which ASR wants.
 RESAMPLE_QUALITY = "LQ"
 #: session.update fields a page may set over the data channel, with their types.
 PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
