@@ -328,6 +328,7 @@ class CallAudioPath:
             self._barge_in_onset_at = None
             self.figures.record("barge_in_ms", ms)
             BARGE_IN_LATENCY_MS.observe(ms)
+            logger.info("barge-in: silent %.1f ms after the caller's speech onset", ms)
         for progress in self.playout.take_progress():
             if isinstance(progress, ChunkStarted) and progress.first_of_response:
                 if progress.tag is not None:
