@@ -1,6 +1,6 @@
 """Load times and real-time factors of the reference speech models (CPU, one thread each).
 
-Run: HF_HUB_OFFLINE=1 python bench/stage_rtf.py [runs]
+Run: python -m bench.stage_rtf [runs]
 RTF = processing time / audio duration (below 1 is faster than real time).
 """
 
@@ -9,17 +9,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import soxr
 
-import numpy as np  # noqa: E402
-import soxr  # noqa: E402
-
-from agent.vad import SileroVadModel, VadStream  # noqa: E402
-from plugins.reference.asr import WhisperRecognizer  # noqa: E402
-from plugins.reference.tts import PiperSynthesizer  # noqa: E402
+from agent.vad import SileroVadModel, VadStream
+from plugins.reference.asr import WhisperRecognizer
+from plugins.reference.tts import PiperSynthesizer
 
 SR = 16000
 TEXT = "The quick brown fox jumps over the lazy dog. It was a sunny day, and everyone was happy."
@@ -67,4 +63,5 @@ def main(runs: int) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
