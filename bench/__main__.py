@@ -5,7 +5,6 @@ import sys
 
 BENCHMARKS = (
     ("bench.runtime_overhead", []),
-    ("bench.stage_rtf", ["5"]),
     ("bench.turn_latency", ["20"]),
     ("bench.direct_path", []),
     ("bench.livekit_path", []),
