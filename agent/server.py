@@ -39,9 +39,8 @@ def build_app(
     if with_webrtc:
         from frontend import register_frontend_routes
         from webrtc.host_address import interface_ipv4
-        from webrtc.signaling import register_webrtc_routes
-
         from webrtc.livekit_tokens import register_livekit_token_routes
+        from webrtc.signaling import register_webrtc_routes
 
         register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4())
         register_frontend_routes(app)

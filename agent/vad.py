@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from agent.model_errors import MissingModelError, require_module
+from agent.shared_model import SharedModel
 
 logger = logging.getLogger("duplex_agent.models")
 
@@ -42,11 +42,9 @@ def _load_model_bytes() -> bytes:
     raise MissingModelError("Silero VAD model", _MODEL_SOURCES[0][2])
 
 
-class SileroVadModel:
+class SileroVadModel(SharedModel):
     """The Silero VAD v5 ONNX network; stateless, shared by all streams, thread-safe."""
 
-    _shared: ClassVar[SileroVadModel | None] = None
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
         ort = require_module("onnxruntime", "onnxruntime")
@@ -61,14 +59,6 @@ class SileroVadModel:
             _load_model_bytes(), sess_options=opts, providers=["CPUExecutionProvider"]
         )
         logger.info("Silero VAD loaded in %.2f s", time.perf_counter() - start)
-
-    @classmethod
-    def shared(cls) -> SileroVadModel:
-        """The process-wide instance, loaded on first use."""
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
 
     def infer(
         self, window: np.ndarray, state: np.ndarray, sample_rate: int

@@ -11,7 +11,7 @@ a stage receives is logged with the loop time it arrived.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +20,6 @@ from plugins.contract import (
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
-    DuplexDataPlane,
     DuplexFence,
     DuplexModelPlugin,
     DuplexModelSessionState,
@@ -31,8 +30,8 @@ from plugins.contract import (
     reject_changed_runtime_value,
     reject_private_runtime_keys,
 )
-from plugins.engine import StageOutput
 from plugins.inprocess_engine import InProcessEngine, PythonStage, StageRequest, StageYield
+from plugins.speech_data_plane import SpeechDataPlane
 from plugins.unit_packetizer import UnitPacketizer
 
 RATE = 16000
@@ -115,43 +114,6 @@ def _tone(duration_ms: float) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
 
 
-class ScriptedDataPlane(DuplexDataPlane):
-    def __init__(self, encode_audio: EncodeAudio) -> None:
-        self._encode = encode_audio
-        self._terminal: set[str] = set()
-
-    def begin_request(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
-
-    def is_terminal(self, request_id: str | None) -> bool:
-        return request_id in self._terminal
-
-    def mark_terminal(self, request_id: str) -> None:
-        self._terminal.add(request_id)
-
-    def close_stream(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
-
-    def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
-        self._terminal = {r for r in self._terminal if not r.startswith(session_id)}
-
-    def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]:
-        assert isinstance(result, StageOutput)
-        output = result.output
-        if result.finished:
-            self.mark_terminal(result.request_id)
-        if not isinstance(output, dict) or "audio" not in output:
-            return []
-        audio = output["audio"]
-        audio_ms = 1000.0 * len(audio) / RATE
-        text = str(output.get("text", ""))
-        return [
-            {"type": "response.output_audio.delta", "delta": self._encode(audio, RATE, "pcm16", None),
-             "sample_rate": RATE, "audio_ms": audio_ms, "marks": [{"text": text, "start_ms": 0.0, "end_ms": audio_ms}]},
-            {"type": "response.output_audio_transcript.delta", "delta": text + " "},
-        ]
-
-
 class ScriptedPlugin(DuplexModelPlugin):
     plugin_id = "scripted"
     private_runtime_config_keys = frozenset({"engine_seed", "stage_layout"})
@@ -160,7 +122,7 @@ class ScriptedPlugin(DuplexModelPlugin):
         super().__init__(encode_audio)
         self.script = script or Script()
         self.silence_continuation_samples = self.script.silence_continuation_samples
-        self.data_plane = ScriptedDataPlane(encode_audio)
+        self.data_plane = SpeechDataPlane(encode_audio, sample_rate=RATE)
 
     def build_local_engine(self) -> InProcessEngine:
         stages: list[PythonStage] = [ListenerStage(self.script)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
+import wave
+from pathlib import Path
 
 import numpy as np
 import soxr
@@ -34,3 +36,13 @@ def transcribe(samples: np.ndarray, rate: int) -> str:
 
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def write_wav(path: Path, audio: np.ndarray, rate: int) -> Path:
+    """Mono 16-bit WAV (a fake microphone for Chromium)."""
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from typing import ClassVar
 
 import numpy as np
 
 from agent.model_errors import require_module
+from agent.shared_model import SharedModel
 from plugins.reference.weights import whisper_tiny_en_dir
 
 logger = logging.getLogger("duplex_agent.models")
@@ -54,12 +54,10 @@ def _normalise(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
 
 
-class WhisperRecognizer:
+class WhisperRecognizer(SharedModel):
     """Shared Whisper tiny.en; `transcribe` is synchronous and safe to call from many threads."""
 
     sample_rate: ClassVar[int] = 16000
-    _shared: ClassVar[WhisperRecognizer | None] = None
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
         fw = require_module("faster_whisper", "faster-whisper")
@@ -76,14 +74,6 @@ class WhisperRecognizer:
         self._tokenizer = tokenizer
         self._prompt = self._model.get_prompt(tokenizer, previous_tokens=[], without_timestamps=True)
         logger.info("Whisper tiny.en loaded in %.2f s", time.perf_counter() - start)
-
-    @classmethod
-    def shared(cls) -> WhisperRecognizer:
-        """The process-wide instance, loaded on first use."""
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
 
     def transcribe(self, samples16k: np.ndarray) -> str:
         """Text of a mono float32 utterance at 16 kHz; "" for silence."""

@@ -9,14 +9,13 @@ clauses and forwarded to stage 2 while stage 1 is still writing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from plugins.contract import (
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
-    DuplexDataPlane,
     DuplexFence,
     DuplexModelPlugin,
     DuplexModelSessionState,
@@ -27,7 +26,6 @@ from plugins.contract import (
     PrivateRuntimeKeyError,
     reject_private_runtime_keys,
 )
-from plugins.engine import StageOutput, request_session_id
 from plugins.inprocess_engine import InProcessEngine
 from plugins.reference.sentences import ClauseSplitter
 from plugins.reference.stages import (
@@ -37,6 +35,7 @@ from plugins.reference.stages import (
     ResponderStage,
     SynthesizerStage,
 )
+from plugins.speech_data_plane import SpeechDataPlane
 from plugins.unit_packetizer import UnitPacketizer
 
 log = logging.getLogger("duplex_agent.models")
@@ -44,49 +43,6 @@ log = logging.getLogger("duplex_agent.models")
 UNIT_SAMPLES = 1600  # 100 ms units stream into the recogniser
 SYNTHESIS_RATE = 22050
 RECOGNIZE, RESPOND, SYNTHESIZE = 0, 1, 2
-
-
-class ReferenceDataPlane(DuplexDataPlane):
-    """Projects stage 2's speech (with its clause as the text mark) into events."""
-
-    def __init__(self, encode_audio: EncodeAudio, on_session_closed: Callable[[str], object]) -> None:
-        self._encode = encode_audio
-        self._on_session_closed = on_session_closed
-        self._terminal: set[str] = set()
-
-    def begin_request(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
-
-    def is_terminal(self, request_id: str | None) -> bool:
-        return request_id in self._terminal
-
-    def mark_terminal(self, request_id: str) -> None:
-        self._terminal.add(request_id)
-
-    def close_stream(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
-
-    def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
-        self._terminal = {r for r in self._terminal if request_session_id(r) != session_id}
-        self._on_session_closed(session_id)
-
-    def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]:
-        assert isinstance(result, StageOutput)
-        if result.finished:
-            self.mark_terminal(result.request_id)
-        output = result.output
-        if not isinstance(output, dict) or "audio" not in output:
-            return []
-        audio = output["audio"]
-        rate = int(output["sample_rate"])
-        audio_ms = 1000.0 * len(audio) / rate
-        text = str(output["text"])
-        return [
-            {"type": "response.output_audio.delta", "delta": self._encode(audio, rate, "pcm16", None),
-             "sample_rate": rate, "audio_ms": audio_ms,
-             "marks": [{"text": text, "start_ms": 0.0, "end_ms": audio_ms}]},
-            {"type": "response.output_audio_transcript.delta", "delta": text + " "},
-        ]
 
 
 class ReferencePlugin(DuplexModelPlugin):
@@ -97,7 +53,8 @@ class ReferencePlugin(DuplexModelPlugin):
     def __init__(self, encode_audio: EncodeAudio) -> None:
         super().__init__(encode_audio)
         self._contexts: dict[str, ConversationContext] = {}
-        self.data_plane = ReferenceDataPlane(encode_audio, lambda session_id: self._contexts.pop(session_id, None))
+        self.data_plane = SpeechDataPlane(encode_audio, sample_rate=SYNTHESIS_RATE,
+                                          on_session_closed=lambda session_id: self._contexts.pop(session_id, None))
         self.silence_continuation_samples = UNIT_SAMPLES
         self.responder_name = "echo"
         self.responder_settings: dict[str, Any] = {}

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from typing import ClassVar
 
 import numpy as np
 
 from agent.model_errors import require_module
+from agent.shared_model import SharedModel
 from plugins.reference.weights import piper_voice_paths
 
 logger = logging.getLogger("duplex_agent.models")
 
 
-class PiperSynthesizer:
+class PiperSynthesizer(SharedModel):
     """Shared Piper voice; `synthesize` is synchronous and safe to call from many threads."""
 
-    _shared: ClassVar[PiperSynthesizer | None] = None
-    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
         piper = require_module("piper", "piper-tts")
@@ -43,14 +40,6 @@ class PiperSynthesizer:
             config=piper_config,
         )
         logger.info("Piper voice loaded in %.2f s", time.perf_counter() - start)
-
-    @classmethod
-    def shared(cls) -> PiperSynthesizer:
-        """The process-wide instance, loaded on first use."""
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
 
     @property
     def sample_rate(self) -> int:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import wave
 
-import numpy as np
 import pytest
 
-from tests.speech import speak
+from tests.speech import speak, write_wav
 from tests.webrtc.browser import Browser, chromium_missing_reason
 
 pytestmark = pytest.mark.skipif(chromium_missing_reason() is not None, reason=str(chromium_missing_reason()))
@@ -17,13 +15,7 @@ pytestmark = pytest.mark.skipif(chromium_missing_reason() is not None, reason=st
 @pytest.fixture
 def question_wav(tmp_path):
     audio = speak("Please book a table for two people tonight.", 48000, before_ms=1000, after_ms=4000)
-    path = tmp_path / "question.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(48000)
-        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(tmp_path / "question.wav", audio, 48000)
 
 
 async def test_one_exchange_in_the_page(reference_worker, question_wav):

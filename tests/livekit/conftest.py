@@ -78,3 +78,15 @@ def start_worker(livekit_server, tmp_path):
     for worker in workers:
         worker.stop()
         print(f"--- {worker.log_path.name} (tail) ---\n" + worker.log()[-3000:])
+
+
+@pytest.fixture
+def ready_worker(livekit_server, start_worker):
+    """ready_worker(**kwargs): a started worker, registered and available for dispatch."""
+
+    async def ready(**kwargs) -> WorkerProcess:
+        worker = await start_worker(**kwargs)
+        await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=60)
+        return worker
+
+    return ready

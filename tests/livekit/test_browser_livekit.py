@@ -12,16 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import wave
 
-import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from frontend import livekit_client_path, register_frontend_routes
 from tests.livekit.conftest import AGENT_NAME
-from tests.speech import speak
+from tests.speech import speak, write_wav
 from tests.webrtc.browser import Browser, chromium_missing_reason
 from tests.webrtc.client_peer import wait_for
 from webrtc.livekit_tokens import register_livekit_token_routes
@@ -105,13 +103,7 @@ async def test_token_routes_without_credentials_say_so():
 @pytest.fixture
 def question_wav(tmp_path):
     audio = speak(QUESTION, 48000, before_ms=3000, after_ms=8000)
-    path = tmp_path / "question.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(48000)
-        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(tmp_path / "question.wav", audio, 48000)
 
 
 @pytest.fixture

