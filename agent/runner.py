@@ -106,6 +106,8 @@ class DuplexSessionRunner:
         on_close: Callable[[DuplexSessionRunner], None] | None = None,
     ) -> None:
         self._session_id = session_id or f"sess_{uuid.uuid4().hex[:12]}"
+        if "-" in self._session_id:
+            raise ValueError("a session id may not contain '-': request ids are '<session>-<scope>'")
         self.plugin = plugin
         self.engine = engine
         self._capabilities = capabilities
@@ -115,7 +117,7 @@ class DuplexSessionRunner:
         self._on_close = on_close
         self._mailbox: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._events: asyncio.Queue[p.ServerEvent | None] = asyncio.Queue()
-        self._receive_seq = itertools.count(1)
+        self._received = 0  # client commands received so far; each is numbered in arrival order
         self._ids = itertools.count(1)
         self._queued_append_bytes = 0
         self._broken_through = 0  # appends received up to this seq are dropped after a failed append
@@ -178,7 +180,8 @@ class DuplexSessionRunner:
         """Queue a client event (non-blocking). Appends over the byte limit are refused here."""
         if self._closed.is_set():
             return
-        seq = next(self._receive_seq)
+        self._received += 1
+        seq = self._received
         if isinstance(event, p.InputAudioBufferAppend):
             size = len(event.audio)
             if self._queued_append_bytes + size > self.limits.max_pending_input_bytes:
@@ -234,7 +237,7 @@ class DuplexSessionRunner:
                 except DuplexRuntimeConfigError as exc:
                     self._error(exc.code, str(exc), command.event_id)
                 except AppendFailed as exc:
-                    self._broken_through = self._mailbox_tail_seq()
+                    self._broken_through = self._received  # everything queued behind it
                     self._error("append_failed", str(exc), command.event_id, error_type="server_error")
         except Exception:
             log.exception("session %s runner failed", self._session_id)
@@ -242,10 +245,6 @@ class DuplexSessionRunner:
         finally:
             idle.cancel()
             await self._shutdown(idle)
-
-    def _mailbox_tail_seq(self) -> int:
-        """The receive seq of the newest queued command (everything queued now is 'behind')."""
-        return max((seq for seq, _ in self._mailbox._queue), default=0)  # type: ignore[attr-defined]
 
     async def _handle(self, command: p.ClientEvent | SilenceTick) -> None:
         if isinstance(command, SilenceTick):
@@ -407,8 +406,11 @@ class DuplexSessionRunner:
         if self._capabilities.input_mode == "turn":
             await self._commit(None, create_response=self._vad_settings.create_response)
 
-    async def _feed(self, audio: np.ndarray, *, continuation: bool = False) -> None:
-        """Hand model-rate audio to the append buffer and submit the whole units it emits."""
+    async def _feed(self, audio: np.ndarray, *, silence_deadline: float | None = None) -> None:
+        """Hand model-rate audio to the append buffer and submit the whole units it emits.
+
+        ``silence_deadline`` marks a silence-continuation unit and the deadline it was due at.
+        """
         self._append_seq += 1
         reservation = self.state.audio_buffer.prepare_append(
             {"audio": audio.astype("<f4").tobytes(), "sample_rate": self._capabilities.input_sample_rate},
@@ -417,15 +419,16 @@ class DuplexSessionRunner:
             allow_emit=True,
         )
         if reservation is not None:
-            await self._submit_input(reservation, final=False)
-        if not continuation:
+            await self._submit_input(reservation, final=False, silence_deadline=silence_deadline)
+        if silence_deadline is None:
             self._silence.anchor()
 
     async def _continue_with_silence(self, tick: SilenceTick) -> None:
         if not self._silence.is_current(tick) or not self.configured:
             return
         self.state.continuation_owner_id = self._input_request_id
-        await self._feed(np.zeros(self.plugin.silence_continuation_samples, dtype=np.float32), continuation=True)
+        await self._feed(np.zeros(self.plugin.silence_continuation_samples, dtype=np.float32),
+                         silence_deadline=tick.deadline)
         self._silence.advance(tick)
 
     def _open_input_request(self) -> tuple[str, bool]:
@@ -436,10 +439,13 @@ class DuplexSessionRunner:
             return self._input_request_id, True
         return self._input_request_id, False
 
-    async def _submit_input(self, reservation: PcmAppendReservation, *, final: bool) -> str:
+    async def _submit_input(self, reservation: PcmAppendReservation, *, final: bool,
+                            silence_deadline: float | None = None) -> str:
         request_id, opened = self._open_input_request()
         payload = dict(reservation.payload or {})
         payload["duplex_turn_id"] = self._committed_turns + (0 if self._capabilities.input_mode == "continuous" else 1)
+        if silence_deadline is not None:
+            payload["duplex_silence_deadline"] = silence_deadline
         runtime = self.plugin.prepare_prompt_config(dict(self.runtime_config), state=self.state, payload=payload)
         plan = await self.plugin.prepare_append_plan(
             request_id=request_id,

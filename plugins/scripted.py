@@ -53,7 +53,8 @@ class Script:
     #: Continuous mode: quiet units before yielding the floor.
     quiet_units_to_listen: int = 5
     silence_continuation_samples: int = 320
-    unit_log: list[tuple[float, int]] = field(default_factory=list)
+    #: (loop time a unit arrived, units, the silence deadline it was due at or None)
+    unit_log: list[tuple[float, int, float | None]] = field(default_factory=list)
     submits: int = 0
     context: list[str] = field(default_factory=list)
 
@@ -73,7 +74,8 @@ class ListenerStage(PythonStage):
             assert isinstance(payload, dict)
             audio = np.frombuffer(payload["audio"], dtype="<f4")
             units += int(payload["units"])
-            self.script.unit_log.append((asyncio.get_running_loop().time(), int(payload["units"])))
+            self.script.unit_log.append(
+                (asyncio.get_running_loop().time(), int(payload["units"]), payload.get("duplex_silence_deadline")))
             is_loud = float(np.abs(audio).max(initial=0.0)) > 0.05 and not payload.get("force_listen")
             loud += is_loud
             if self.script.input_mode != "continuous":
