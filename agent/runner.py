@@ -213,9 +213,6 @@ class DuplexSessionRunner:
             self._mailbox.put_nowait((0, _CLOSE))
         await asyncio.shield(self._task)
 
-    async def wait_closed(self) -> None:
-        await self._closed.wait()
-
     # ---- mailbox ----
 
     async def _run(self) -> None:
