@@ -51,7 +51,10 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, *, dev: bool)
         job_executor_type=agents.JobExecutorType.THREAD,
         load_fnc=load,
         load_threshold=1.0,  # full exactly when every session slot is taken
-        num_idle_processes=0,
+        # livekit-agents charges a job accepted but not yet running load_threshold / idle
+        # runners: with one runner per slot that is one session, so calls arriving
+        # together are all taken while slots remain.
+        num_idle_processes=capacity,
         port=0,
         log_level="DEBUG" if dev else settings.log_level.upper(),
     )

@@ -56,6 +56,12 @@ async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_
     await wait_for(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
 
 
+async def test_rooms_dispatched_at_once_are_all_served(livekit_server, ready_worker):
+    await ready_worker(max_sessions=2)
+    dispatches = await asyncio.gather(*(livekit_server.create_dispatch(f"room-{i}", AGENT_NAME) for i in range(2)))
+    assert [d.state for d in dispatches] == ["assigned", "assigned"]
+
+
 async def test_odd_callers_and_a_closing_room(livekit_server, ready_worker):
     worker = await ready_worker(max_sessions=2)
 

@@ -1,0 +1,532 @@
+"""Callers that keep barging in, in a process of their own, over LiveKit or direct WebRTC.
+
+Used by ``bench.livekit_path`` so that the callers' CPU (Opus, SRTP, ICE, the
+SDK's media threads) is not counted against the worker. Each caller runs the
+same loop until told to stop:
+
+1. say a Piper question;
+2. wait until it has heard ~300 ms of the agent's reply;
+3. say a short interruption (the agent should stop at once: an edge barge-in) that runs
+   straight on into the next question, as one user turn; back to 2.
+
+Not waiting for a separate answer to the interruption halves each trial (~3 s instead of ~6 s),
+so a run gets its barge-in trials while the machine still has cores to spare.
+
+``--transport livekit``: N rooms on a LiveKit server (real ``livekit`` SDK), one
+caller each, its token naming ``--agent-name`` in the room configuration, so
+joining the room dispatches the agent to it.
+``--transport direct``: N aiortc peers against a worker's ``POST /api/offer``.
+
+stdout is JSON lines: ``{"event": "ready"}`` once every caller hears the agent's
+track, ``{"event": "progress", ...}`` after each interruption, and finally
+``{"event": "done", "callers": [...]}`` with per-caller figures. Runs for
+``--seconds`` or until its stdin closes, whichever comes first.
+
+Run: python -m bench.livekit_callers --transport livekit --url ws://HOST:PORT --api-key K \
+         --api-secret S --agent-name bench-agent --sessions 2
+     python -m bench.livekit_callers --transport direct --url http://127.0.0.1:PORT --sessions 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+SAMPLE_RATE = 48000
+FRAME_SAMPLES = 960
+QUESTIONS = (
+    "What time is it?",
+    "Where is the station?",
+    "Can you help me?",
+    "Is it raining today?",
+)
+INTERRUPTIONS = (
+    "Wait, stop.",
+    "Hold on.",
+    "Sorry, one thing.",
+    "No, stop please.",
+)
+#: The agent's audio counts as heard above this RMS (-34 dBFS); quiet below QUIET_RMS.
+LOUD_RMS = 0.02
+QUIET_RMS = 0.01
+#: Where the caller's own sound starts: the first 5 ms block over -40 dBFS.
+ONSET_RMS = 0.01
+HEAR_BEFORE_INTERRUPTING_MS = 300.0
+#: Silence before a question said on its own; between an interruption's last sound and the next question.
+QUESTION_LEAD_MS = 200.0
+INTERRUPTION_GAP_MS = 100.0
+#: The scripted reply is 1000 ms of tone; heard this much of it, it was not cut short.
+REPLY_PLAYED_OUT_MS = 900.0
+#: The LiveKit caller's AudioSource queue: short, so a frame goes out soon after it is made.
+MIC_QUEUE_MS = 40
+
+
+def acoustic_onset(samples: np.ndarray, rate: int = SAMPLE_RATE) -> int:
+    block = rate // 200
+    for start in range(0, samples.size - block, block):
+        if float(np.sqrt(np.mean(samples[start : start + block] ** 2))) > ONSET_RMS:
+            return start
+    return 0
+
+
+def acoustic_end(samples: np.ndarray, rate: int = SAMPLE_RATE) -> int:
+    """Index just past the last 5 ms block over ONSET_RMS."""
+    block = rate // 200
+    end = 0
+    for start in range(0, samples.size - block, block):
+        if float(np.sqrt(np.mean(samples[start : start + block] ** 2))) > ONSET_RMS:
+            end = start + block
+    return end
+
+
+class Mic:
+    """Queued caller speech, one 20 ms int16 frame at a time; notes when an utterance's onset and end went out."""
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, np.float32)
+        self._onset_in: int | None = None
+        self._end_in: int | None = None
+        self.onset_sent_at: float | None = None
+        self.end_sent_at: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._pending.size > 0
+
+    def say(self, audio: np.ndarray) -> None:
+        self._onset_in = self._pending.size + acoustic_onset(audio)
+        self._end_in = self._pending.size + acoustic_end(audio)
+        self.onset_sent_at = self.end_sent_at = None
+        self._pending = np.concatenate([self._pending, audio.astype(np.float32)])
+
+    def next_frame(self) -> np.ndarray:
+        chunk, self._pending = self._pending[:FRAME_SAMPLES], self._pending[FRAME_SAMPLES:]
+        frame = np.zeros(FRAME_SAMPLES, np.int16)
+        frame[: chunk.size] = (np.clip(chunk, -1.0, 1.0) * 32767).astype(np.int16)
+        now = time.perf_counter()
+        if self._onset_in is not None:
+            if self._onset_in < FRAME_SAMPLES:
+                self._onset_in = None
+                self.onset_sent_at = now
+            else:
+                self._onset_in -= FRAME_SAMPLES
+        if self._end_in is not None:
+            if self._end_in < FRAME_SAMPLES:
+                self._end_in = None
+                self.end_sent_at = now
+            else:
+                self._end_in -= FRAME_SAMPLES
+        return frame
+
+
+class Ear:
+    """The agent's audio as the caller receives it: loud time heard, the current quiet run."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.received_ms = 0.0
+        self.loud_ms = 0.0
+        self.quiet_run_ms = 0.0
+        self.quiet_since: float | None = None
+        self.loud_since: float | None = None  # when the current run of loud frames began
+        self.first_at: float | None = None
+
+    def hear(self, samples: np.ndarray) -> None:
+        now = time.perf_counter()
+        if self.first_at is None:
+            self.first_at = now
+        ms = 1000.0 * samples.size / SAMPLE_RATE
+        self.frames += 1
+        self.received_ms += ms
+        rms = float(np.sqrt(np.mean(samples.astype(np.float32) ** 2))) if samples.size else 0.0
+        if rms > LOUD_RMS:
+            if self.loud_since is None:
+                self.loud_since = now
+            self.loud_ms += ms
+        else:
+            self.loud_since = None
+        if rms < QUIET_RMS:
+            if self.quiet_run_ms == 0.0:
+                self.quiet_since = now
+            self.quiet_run_ms += ms
+        else:
+            self.quiet_run_ms = 0.0
+            self.quiet_since = None
+
+
+async def until(condition: Callable[[], bool], timeout: float, stop: asyncio.Event) -> bool:
+    """Poll ``condition`` every 5 ms; False on timeout or when ``stop`` is set."""
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        if stop.is_set() or time.perf_counter() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
+class Caller:
+    """One caller's trial loop; a transport subclass connects it and moves the audio."""
+
+    def __init__(self, index: int, speech: dict[str, np.ndarray]) -> None:
+        self.index = index
+        self.speech = speech
+        self.mic = Mic()
+        self.ear = Ear()
+        self.error: str | None = None
+        self.connected_s: float | None = None
+        self.attempts = 0
+        self.no_reply = 0
+        #: Interruption's onset handed to the transport -> the agent's audio went quiet at the caller
+        #: (only where the reply was cut short, not where it had played out).
+        self.heard_stop_ms: list[float] = []
+        self.played_out = 0  # interruptions after which the reply still played to its end
+        #: The question's end handed to the transport -> the reply's first loud frame heard
+        #: (the worker's 500 ms end-of-turn silence included).
+        self.reply_after_ms: list[float] = []
+        #: Wall-clock time (time.time()) each interruption's onset was handed to the transport.
+        self.onsets_wall: list[float] = []
+        self.figures: dict[str, object] = {}  # the worker's own call figures, where the transport carries them
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def ready(self) -> bool:
+        return self.ear.frames > 0
+
+    async def connect(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _question(self, turn: int) -> np.ndarray:
+        lead = np.zeros(int(SAMPLE_RATE * QUESTION_LEAD_MS / 1000), np.float32)
+        return np.concatenate([lead, self.speech[QUESTIONS[(self.index + turn) % len(QUESTIONS)]]])
+
+    def _interruption_then_question(self, turn: int) -> np.ndarray:
+        """The interruption running on into the next question: one user turn (the gap is well under the
+        worker's 500 ms end-of-turn silence), so the next reply comes to the question."""
+        interruption = self.speech[INTERRUPTIONS[(self.index + turn) % len(INTERRUPTIONS)]]
+        interruption = interruption[: acoustic_end(interruption) + int(SAMPLE_RATE * INTERRUPTION_GAP_MS / 1000)]
+        return np.concatenate([interruption, self.speech[QUESTIONS[(self.index + turn) % len(QUESTIONS)]]])
+
+    async def converse(self, stop: asyncio.Event, report: Callable[[], None]) -> None:
+        """Question; ~300 ms of the reply heard; interruption + next question; ~300 ms of that reply; ..."""
+        turn = 0
+        reply_from = self.ear.loud_ms  # loud agent audio heard before the reply now awaited
+        self.mic.say(self._question(turn))
+        while not stop.is_set():
+            replied = await until(lambda h=reply_from: self.ear.loud_ms - h >= HEAR_BEFORE_INTERRUPTING_MS, 12.0, stop)
+            if stop.is_set():
+                return
+            if not replied:
+                self.no_reply += 1
+                await until(lambda: self.ear.quiet_run_ms >= 600 and not self.mic.busy, 10.0, stop)
+                turn += 1
+                reply_from = self.ear.loud_ms
+                self.mic.say(self._question(turn))
+                continue
+            ended, began = self.mic.end_sent_at, self.ear.loud_since
+            if ended is not None and began is not None and began > ended:
+                self.reply_after_ms.append(1000.0 * (began - ended))
+            turn += 1
+            self.mic.say(self._interruption_then_question(turn))
+            self.attempts += 1
+            await until(lambda: self.mic.onset_sent_at is not None, 2.0, stop)
+            onset = self.mic.onset_sent_at
+            if onset is not None:
+                self.onsets_wall.append(time.time() - (time.perf_counter() - onset))
+            if onset is not None and await until(
+                    lambda o=onset: self.ear.quiet_since is not None and self.ear.quiet_since >= o
+                    and self.ear.quiet_run_ms >= 100, 3.0, stop):
+                assert self.ear.quiet_since is not None
+                # The reply is 1 s of tone: near all of it heard means it played out, the barge-in missed it.
+                if self.ear.loud_ms - reply_from < REPLY_PLAYED_OUT_MS:
+                    self.heard_stop_ms.append(1000.0 * (self.ear.quiet_since - onset))
+                else:
+                    self.played_out += 1
+            report()
+            reply_from = self.ear.loud_ms
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "error": self.error,
+            "connected_s": None if self.connected_s is None else round(self.connected_s, 3),
+            "frames": self.ear.frames,
+            "received_ms": round(self.ear.received_ms),
+            "loud_ms": round(self.ear.loud_ms),
+            "attempts": self.attempts,
+            "no_reply": self.no_reply,
+            "heard_stop_ms": [round(v, 1) for v in self.heard_stop_ms],
+            "played_out": self.played_out,
+            "reply_after_ms": [round(v, 1) for v in self.reply_after_ms],
+            "onsets_wall": [round(v, 4) for v in self.onsets_wall],
+            "worker_figures": self.figures,
+        }
+
+
+# ---------------------------------------------------------------- LiveKit (real SDK)
+
+
+def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_name: str) -> str:
+    """A token that joins ``room`` as ``identity`` and dispatches ``agent_name`` to it."""
+    from livekit import api
+
+    grants = api.VideoGrants(room_join=True, room=room, can_publish=True, can_subscribe=True, can_publish_data=True)
+    dispatch = api.RoomConfiguration(agents=[api.RoomAgentDispatch(agent_name=agent_name,
+                                                                   metadata=json.dumps({"caller": identity}))])
+    token = (api.AccessToken(api_key, api_secret).with_identity(identity).with_name(identity)
+             .with_grants(grants).with_room_config(dispatch))
+    with warnings.catch_warnings():  # short bench secrets make PyJWT warn
+        warnings.simplefilter("ignore")
+        return token.to_jwt()
+
+
+class LiveKitCaller(Caller):
+    def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, token: str) -> None:
+        super().__init__(index, speech)
+        from livekit import rtc
+
+        self._rtc = rtc
+        self.url = url
+        self.token = token
+        self.room = rtc.Room()
+        self.source = rtc.AudioSource(SAMPLE_RATE, 1, queue_size_ms=MIC_QUEUE_MS)
+        self.room.on("track_subscribed", self._on_track)
+
+    def _on_track(self, track, publication, participant) -> None:
+        if track.kind == self._rtc.TrackKind.KIND_AUDIO:
+            self._tasks.append(asyncio.create_task(self._listen(track), name=f"caller-{self.index}-listen"))
+
+    async def _listen(self, track) -> None:
+        stream = self._rtc.AudioStream(track, sample_rate=SAMPLE_RATE, num_channels=1)
+        try:
+            async for event in stream:
+                self.ear.hear(np.frombuffer(event.frame.data, np.int16).astype(np.float32) / 32768.0)
+        finally:
+            await stream.aclose()
+
+    async def _feed(self) -> None:
+        rtc = self._rtc
+        while True:
+            frame = self.mic.next_frame()
+            await self.source.capture_frame(rtc.AudioFrame(frame.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES))
+
+    async def connect(self) -> None:
+        rtc = self._rtc
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.room.connect(self.url, self.token), 20)
+            track = rtc.LocalAudioTrack.create_audio_track("mic", self.source)
+            await self.room.local_participant.publish_track(
+                track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
+            self._tasks.append(asyncio.create_task(self._feed(), name=f"caller-{self.index}-feed"))
+            self.connected_s = time.perf_counter() - started
+        except Exception as exc:  # report, do not crash the other callers
+            self.error = repr(exc)
+
+    async def close(self) -> None:
+        await super().close()
+        try:
+            await asyncio.wait_for(self.room.disconnect(), 10)
+        except Exception as exc:
+            self.error = self.error or f"disconnect: {exc!r}"
+
+
+# ---------------------------------------------------------------- direct WebRTC (aiortc)
+
+
+class DirectCaller(Caller):
+    def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, address: str) -> None:
+        super().__init__(index, speech)
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        from webrtc.aiortc_tracks import PlayoutTrack
+
+        self.url = url
+        self.address = address
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.channel = self.pc.createDataChannel("events")
+        self.pc.addTrack(PlayoutTrack(self.mic.next_frame))
+        self.pc.on("track", self._on_track)
+        self.channel.on("message", self._on_message)
+
+    def _on_message(self, message: str | bytes) -> None:
+        try:
+            event = json.loads(message)
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("type") == "metrics":
+            self.figures = {k: event.get(k) for k in ("barge_ins", "underruns")}
+
+    def _on_track(self, track) -> None:
+        from aiortc.mediastreams import MediaStreamError
+
+        from webrtc.aiortc_tracks import frame_to_mono_f32
+
+        async def read() -> None:
+            try:
+                while True:
+                    frame = await track.recv()
+                    self.ear.hear(frame_to_mono_f32(frame))
+            except MediaStreamError:
+                pass
+
+        self._tasks.append(asyncio.create_task(read(), name=f"caller-{self.index}-listen"))
+
+    async def connect(self) -> None:
+        import aiohttp
+        from aiortc import RTCSessionDescription
+
+        from webrtc.host_address import candidates_on
+
+        started = time.perf_counter()
+        try:
+            with candidates_on(self.address):
+                await self.pc.setLocalDescription(await self.pc.createOffer())
+            async with aiohttp.ClientSession() as http, http.post(
+                    self.url + "/api/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as response:
+                if response.status != 200:
+                    self.error = f"offer answered {response.status}: {(await response.text())[:200]}"
+                    return
+                answer = await response.json()
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+            while self.pc.connectionState not in ("connected", "failed", "closed"):
+                await asyncio.sleep(0.02)
+                if time.perf_counter() - started > 20:
+                    self.error = "not connected after 20 s"
+                    return
+            if self.pc.connectionState != "connected":
+                self.error = f"connection {self.pc.connectionState}"
+                return
+            self.connected_s = time.perf_counter() - started
+        except Exception as exc:  # report, do not crash the other callers
+            self.error = repr(exc)
+
+    async def close(self) -> None:
+        await self.pc.close()
+        await super().close()
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _emit(message: dict[str, object]) -> None:
+    print(json.dumps(message), flush=True)
+
+
+def _stop_on_stdin_close(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+
+
+def load_speech(path: str = "") -> dict[str, np.ndarray]:
+    """Piper saying every question (with 200 ms of silence first) and interruption, by text.
+
+    ``path``: an .npz written beforehand with q0.. (questions) and i0.. (interruptions).
+    """
+    if path:
+        with np.load(path) as stored:
+            speech = {text: stored[f"q{i}"].astype(np.float32) for i, text in enumerate(QUESTIONS)}
+            speech.update({text: stored[f"i{i}"].astype(np.float32) for i, text in enumerate(INTERRUPTIONS)})
+        return speech
+    from tests.speech import speak
+
+    speech = {text: speak(text, SAMPLE_RATE) for text in QUESTIONS}
+    speech.update({text: speak(text, SAMPLE_RATE) for text in INTERRUPTIONS})
+    return speech
+
+
+def make_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> list[Caller]:
+    if args.transport == "livekit":
+        tag = args.room_prefix or f"bench-{uuid.uuid4().hex[:6]}"
+        callers: list[Caller] = []
+        for i in range(args.sessions):
+            identity = f"caller-{i}"
+            token = room_token(args.api_key, args.api_secret, f"{tag}-{i}", identity, args.agent_name)
+            callers.append(LiveKitCaller(i, speech, args.url, token))
+        return callers
+    from webrtc.host_address import interface_ipv4
+
+    address = args.ice_address or interface_ipv4()
+    return [DirectCaller(i, speech, args.url.rstrip("/"), address) for i in range(args.sessions)]
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    speech = await asyncio.to_thread(load_speech, args.speech)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    if not args.ignore_stdin:
+        _stop_on_stdin_close(loop, stop)
+    loop.call_later(args.seconds, stop.set)
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    callers = make_callers(args, speech)
+    if args.transport == "livekit":
+        # One room at a time, each once its agent is there: livekit-agents, with no idle processes
+        # configured, counts a job it has accepted but not yet started as a whole worker's load, so
+        # it turns down a second dispatch that arrives meanwhile (see the report of bench.livekit_path).
+        for caller in callers:
+            await caller.connect()
+            if caller.error is None:
+                await until(lambda c=caller: c.ready, 20.0, stop)
+    else:
+        await asyncio.gather(*(c.connect() for c in callers))
+    connected = [c for c in callers if c.error is None]
+    all_ready = await until(lambda: all(c.ready for c in connected), 40.0, stop)
+    _emit({"event": "ready" if all_ready and len(connected) == len(callers) else "not_ready",
+           "connected": len(connected), "hearing": sum(c.ready for c in connected),
+           "elapsed_s": round(time.perf_counter() - started, 3)})
+
+    def report() -> None:
+        _emit({"event": "progress", "attempts": sum(c.attempts for c in callers)})
+
+    talks = [asyncio.create_task(c.converse(stop, report), name=f"caller-{c.index}") for c in connected if c.ready]
+    await stop.wait()
+    await asyncio.gather(*talks, return_exceptions=True)
+    cpu = time.process_time() - cpu_started
+    wall = time.perf_counter() - started
+    await asyncio.gather(*(c.close() for c in callers), return_exceptions=True)
+    return {"event": "done", "callers": [c.summary() for c in callers], "wall_s": round(wall, 2),
+            "callers_cpu_cores": round(cpu / wall, 3) if wall > 0 else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=("livekit", "direct"), required=True)
+    parser.add_argument("--url", required=True, help="ws://HOST:PORT of the LiveKit server, or http://HOST:PORT of a worker")
+    parser.add_argument("--sessions", type=int, default=1, help="callers (LiveKit: one room each)")
+    parser.add_argument("--api-key", default=os.environ.get("LIVEKIT_API_KEY", ""))
+    parser.add_argument("--api-secret", default=os.environ.get("LIVEKIT_API_SECRET", ""))
+    parser.add_argument("--agent-name", default="bench-agent")
+    parser.add_argument("--room-prefix", default="", help="LiveKit rooms are PREFIX-0, PREFIX-1, ...")
+    parser.add_argument("--ice-address", default="", help="direct: local address for ICE (default: this machine's interface)")
+    parser.add_argument("--speech", default="", help=".npz of the phrases at 48 kHz (default: Piper says them now)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="most seconds to run")
+    parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _emit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
