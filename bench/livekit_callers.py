@@ -388,32 +388,14 @@ class DirectCaller(Caller):
 
     async def connect(self) -> None:
         import aiohttp
-        from aiortc import RTCSessionDescription
 
-        from webrtc.host_address import candidates_on
+        from bench.webrtc_callers import ConnectFailed, offer_and_connect
 
-        started = time.perf_counter()
         try:
-            with candidates_on(self.address):
-                await self.pc.setLocalDescription(await self.pc.createOffer())
-            async with aiohttp.ClientSession() as http, http.post(
-                    self.url + "/api/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as response:
-                if response.status != 200:
-                    self.error = f"offer answered {response.status}: {(await response.text())[:200]}"
-                    return
-                answer = await response.json()
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
-            while self.pc.connectionState not in ("connected", "failed", "closed"):
-                await asyncio.sleep(0.02)
-                if time.perf_counter() - started > 20:
-                    self.error = "not connected after 20 s"
-                    return
-            if self.pc.connectionState != "connected":
-                self.error = f"connection {self.pc.connectionState}"
-                return
-            self.connected_s = time.perf_counter() - started
+            async with aiohttp.ClientSession() as http:
+                self.connected_s = await offer_and_connect(self.pc, self.address, http, self.url)
         except Exception as exc:  # report, do not crash the other callers
-            self.error = repr(exc)
+            self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
 
     async def close(self) -> None:
         await self.pc.close()

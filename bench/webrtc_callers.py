@@ -31,6 +31,29 @@ DEFAULT_UTTERANCE = "Please tell me a long story about the sea and the ships."
 LOUD_RMS = 0.02
 
 
+class ConnectFailed(RuntimeError):
+    pass
+
+
+async def offer_and_connect(pc: RTCPeerConnection, address: str, http: aiohttp.ClientSession, url: str) -> float:
+    """Offer through the worker's ``/api/offer`` and wait until connected; seconds it took."""
+    started = time.perf_counter()
+    with candidates_on(address):
+        await pc.setLocalDescription(await pc.createOffer())
+    async with http.post(url + "/api/offer", json={"sdp": pc.localDescription.sdp, "type": "offer"}) as response:
+        if response.status != 200:
+            raise ConnectFailed(f"offer answered {response.status}: {(await response.text())[:200]}")
+        answer = await response.json()
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+    while pc.connectionState not in ("connected", "failed", "closed"):
+        await asyncio.sleep(0.02)
+        if time.perf_counter() - started > 20:
+            raise ConnectFailed("not connected after 20 s")
+    if pc.connectionState != "connected":
+        raise ConnectFailed(f"connection {pc.connectionState}")
+    return time.perf_counter() - started
+
+
 class OneUtterance:
     """A next_frame source: ``lead_ms`` of silence, the utterance once, then silence."""
 
@@ -99,27 +122,10 @@ class Caller:
         self._readers.append(asyncio.create_task(read()))
 
     async def connect(self, http: aiohttp.ClientSession, url: str) -> None:
-        started = time.perf_counter()
         try:
-            with candidates_on(self.address):
-                await self.pc.setLocalDescription(await self.pc.createOffer())
-            async with http.post(url + "/api/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as response:
-                if response.status != 200:
-                    self.error = f"offer answered {response.status}: {(await response.text())[:200]}"
-                    return
-                answer = await response.json()
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
-            while self.pc.connectionState not in ("connected", "failed", "closed"):
-                await asyncio.sleep(0.02)
-                if time.perf_counter() - started > 20:
-                    self.error = "not connected after 20 s"
-                    return
-            if self.pc.connectionState != "connected":
-                self.error = f"connection {self.pc.connectionState}"
-                return
-            self.connected_s = time.perf_counter() - started
+            self.connected_s = await offer_and_connect(self.pc, self.address, http, url)
         except Exception as exc:  # report, do not crash the other callers
-            self.error = repr(exc)
+            self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
 
     async def close(self) -> None:
         await self.pc.close()
