@@ -50,6 +50,8 @@ class Script:
     fail_submit_at: int | None = None
     #: Speaker raises after this many words.
     fail_after_words: int | None = None
+    #: Speaker reports itself this far behind real time on every word.
+    lag_ms: float | None = None
     #: Continuous mode: quiet units before yielding the floor.
     quiet_units_to_listen: int = 5
     silence_continuation_samples: int = 320
@@ -108,7 +110,8 @@ class SpeakerStage(PythonStage):
                 if self.script.word_delay_s:
                     await asyncio.sleep(self.script.word_delay_s)
                 spoken += 1
-                yield StageYield({"audio": _tone(self.script.word_ms), "text": word})
+                metadata = {"lag_ms": self.script.lag_ms} if self.script.lag_ms else {}
+                yield StageYield({"audio": _tone(self.script.word_ms), "text": word}, metadata=metadata)
 
 
 def _tone(duration_ms: float) -> np.ndarray:

@@ -226,6 +226,14 @@ async def test_pending_input_bytes_backpressure(open_driver, transport):
     assert done["status"] == "completed"
 
 
+async def test_a_model_behind_real_time_says_so(open_driver):
+    driver, _, _ = await open_driver(Script(reply="slow words", lag_ms=120.0))
+    seen = await _exchange(driver)
+    lagging = [e for e in seen if e["type"] == "session.lagging"]
+    assert [e["lag_ms"] for e in lagging] == [120.0, 120.0]
+    assert lagging[0]["stage"] == "stage1"
+
+
 async def test_idle_session_expires(open_driver):
     driver, _, backend = await open_driver(Script(), limits=SessionLimits(idle_timeout_s=0.3))
     await driver.send(MANUAL)
