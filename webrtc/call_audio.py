@@ -24,6 +24,7 @@ import numpy as np
 
 from agent.audio import StreamingResampler, decode_pcm, encode_base64_f32
 from agent.backend import Conversation
+from agent.ledger import TextMark, text_heard_by
 from agent.metrics import BARGE_IN_LATENCY_MS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
 from agent.protocol import (
     InputAudioBufferAppend,
@@ -94,6 +95,7 @@ class CallAudioPath:
         on_state: StateCallback | None = None,
         on_closed: Callable[[], None] | None = None,
         on_playout_cleared: Callable[[], None] | None = None,
+        on_cut_short: Callable[[str, str], None] | None = None,
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -109,6 +111,8 @@ class CallAudioPath:
         self._on_closed = on_closed
         # A transport with its own output queue (LiveKit's AudioSource) empties it here.
         self._on_playout_cleared = on_playout_cleared
+        # (response id, the words the caller heard) for a reply cut short, once its ack is out.
+        self._on_cut_short = on_cut_short
 
         self.playout = PlayoutQueue()
         self.figures = LatencyFigures()
@@ -128,6 +132,7 @@ class CallAudioPath:
         self._first_delta_at: dict[str, float] = {}  # response -> when its first delta arrived
         self._dropped_responses: set[str] = set()  # cleared or cancelled: late deltas are dropped
         self._acked: set[str] = set()
+        self._marks: dict[str, list[TextMark]] = {}  # response -> which words span which audio
         self._underruns_seen = 0
 
         # measurements in flight (perf_counter seconds)
@@ -290,6 +295,8 @@ class CallAudioPath:
         if resampler is None or resampler.in_rate != event.sample_rate:
             resampler = self._output_resamplers[rid] = StreamingResampler(event.sample_rate, SAMPLE_RATE, quality=RESAMPLE_QUALITY)
         first_at = self._first_delta_at.setdefault(rid, received_at)
+        self._marks.setdefault(rid, []).extend(
+            TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"])) for m in event.marks)
         self.playout.push(resampler.process(samples), rid, tag=first_at)
 
     def _finish_response(self, response_id: str) -> None:
@@ -315,7 +322,11 @@ class CallAudioPath:
         if response_id in self._acked:
             return
         self._acked.add(response_id)
-        self._conversation.send(PlaybackAck(response_id=response_id, played_ms=self.playout.played_ms(response_id)))
+        played_ms = self.playout.played_ms(response_id)
+        self._conversation.send(PlaybackAck(response_id=response_id, played_ms=played_ms))
+        marks = self._marks.pop(response_id, [])
+        if response_id in self._dropped_responses and marks and self._on_cut_short is not None:
+            self._on_cut_short(response_id, text_heard_by(marks, played_ms))
 
     # ---- pacing side ----
 

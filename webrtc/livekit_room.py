@@ -142,6 +142,7 @@ class LiveKitRoomCall:
             self.conversation, overlap_policy=self.overlap_policy, on_event=self._on_event,
             on_state=self._set_state, on_playout_cleared=self.source.clear_queue,
             on_closed=self._on_conversation_closed,
+            on_cut_short=self._on_cut_short,
         )
         self._conversation_open = True
         await self.path.start()
@@ -240,6 +241,10 @@ class LiveKitRoomCall:
         elif isinstance(event, p.DtmfReceived):
             log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
 
+    def _on_cut_short(self, response_id: str, heard: str) -> None:
+        """The caller heard only part of a reply: its final transcript says just that part."""
+        self._later(lambda: self._agent_transcript(response_id, None, final=heard))
+
     async def _send_user_transcript(self, caller: rtc.RemoteParticipant, text: str) -> None:
         if not text:
             return
@@ -253,16 +258,18 @@ class LiveKitRoomCall:
         await writer.aclose()
 
     async def _agent_transcript(self, response_id: str, delta: str | None, *, final: str | None = None) -> None:
-        """Interim text on one stream per response, then the final text on its own stream."""
-        if self._agent_segment is None or self._agent_segment[0] != response_id:
-            await self._close_agent_segment()
-            writer = await self.room.local_participant.stream_text(
-                topic=TRANSCRIPTION_TOPIC, attributes=self._agent_attributes(response_id, final=False))
-            self._agent_segment = (response_id, writer)
+        """Interim text on one stream per response, then the final text on its own stream
+        (sent again, shorter, when the caller turned out to hear only part of it)."""
         if delta:
+            if self._agent_segment is None or self._agent_segment[0] != response_id:
+                await self._close_agent_segment()
+                writer = await self.room.local_participant.stream_text(
+                    topic=TRANSCRIPTION_TOPIC, attributes=self._agent_attributes(response_id, final=False))
+                self._agent_segment = (response_id, writer)
             await self._agent_segment[1].write(delta)
         if final is not None:
-            await self._close_agent_segment()
+            if self._agent_segment is not None and self._agent_segment[0] == response_id:
+                await self._close_agent_segment()
             await self.room.local_participant.send_text(
                 final.strip(), topic=TRANSCRIPTION_TOPIC, attributes=self._agent_attributes(response_id, final=True))
 

@@ -71,18 +71,31 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     before = len(caller.received)
     await wait_for(lambda: caller.loud_frames(before) > 100, 40, "1 s of the agent's long reply")
     cut = len(caller.received)
-    replies = len([t for t in caller.transcripts if t.sender == agent])
+    long_reply = words("You said: " + LONG)
+
+    def segment_of_long_reply() -> str | None:
+        return next((t.attributes["lk.segment_id"] for t in caller.transcripts
+                     if t.sender == agent and words(t.text)[:4] == long_reply[:4]), None)
+
+    def answers() -> list:  # the agent's transcripts of replies after the long one
+        return [t for t in caller.transcripts if t.sender == agent and t.at_frame >= cut
+                and t.attributes.get("lk.segment_id") != segment_of_long_reply()]
+
     caller.mic.say(speak("Wait, stop please.", 48000, after_ms=1200))
-    await wait_for(lambda: len([t for t in caller.transcripts if t.sender == agent]) > replies, 30,
-                   "the agent to answer the interruption")
+    await wait_for(lambda: answers(), 30, "the agent to answer the interruption")
     # From the interruption to the agent's next answer (over 1.5 s: the caller's words and
     # the silence window) the old reply, left alone, would fill most frames; stopped, it fills
     # only the way there and back through the loopback SFU (which decodes and re-encodes).
-    answer_at = [t for t in caller.transcripts if t.sender == agent][replies].at_frame
+    answer_at = answers()[0].at_frame
     window = answer_at - cut
     assert window >= 100
     assert caller.loud_frames(cut) - caller.loud_frames(answer_at) <= 0.4 * window
     assert "listening" in caller.agent_states[caller.agent_states.index("speaking"):]
+    # The long reply's final transcript is cut to the words the caller heard.
+    segment = [t for t in caller.transcripts if t.attributes.get("lk.segment_id") == segment_of_long_reply()]
+    generated = max((words(t.text) for t in segment), key=len)
+    heard = words([t for t in segment if t.final][-1].text)
+    assert heard == generated[: len(heard)] and len(heard) < len(generated)
 
     # The caller leaves: the worker ends the session and the job.
     job_id = dispatch.job_id
