@@ -33,14 +33,14 @@ import argparse
 import asyncio
 import json
 import os
-import sys
-import threading
 import time
 import uuid
 import warnings
 from collections.abc import Callable
 
 import numpy as np
+
+from bench.webrtc_callers import stop_on_stdin_close
 
 SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960
@@ -409,18 +409,6 @@ def _emit(message: dict[str, object]) -> None:
     print(json.dumps(message), flush=True)
 
 
-def _stop_on_stdin_close(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    def watch() -> None:
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        except (OSError, ValueError):
-            pass
-        loop.call_soon_threadsafe(stop.set)
-
-    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
-
-
 def load_speech(path: str = "") -> dict[str, np.ndarray]:
     """Piper saying every question (with 200 ms of silence first) and interruption, by text.
 
@@ -458,7 +446,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     if not args.ignore_stdin:
-        _stop_on_stdin_close(loop, stop)
+        stop_on_stdin_close(loop, stop)
     loop.call_later(args.seconds, stop.set)
     started = time.perf_counter()
     cpu_started = time.process_time()

@@ -157,7 +157,7 @@ def _load_speech(path: str | None, text: str) -> np.ndarray:
     return speak(text, 48000)
 
 
-def _stop_on_stdin_close(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+def stop_on_stdin_close(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     def watch() -> None:
         try:
             while sys.stdin.buffer.read(4096):
@@ -176,7 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     if not args.ignore_stdin:
-        _stop_on_stdin_close(loop, stop)
+        stop_on_stdin_close(loop, stop)
     callers = [Caller(i, address, speech, args.lead_ms) for i in range(args.peers)]
     started = time.perf_counter()
     cpu_started = time.process_time()
