@@ -66,10 +66,6 @@ class StreamingResampler:
         self.out_rate = out_rate
         self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
 
-    @property
-    def passthrough(self) -> bool:
-        return self._stream is None
-
     def process(self, samples: np.ndarray) -> np.ndarray:
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         if self._stream is None:

@@ -34,9 +34,6 @@ class Event:
         data["type"] = self.type
         return data
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
-
 
 # ---- client -> server ----
 
