@@ -22,9 +22,12 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[reference,livekit,dev]'
 	touch $@ $(VENV)/.installed-run
 
-# The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json.
+# The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json,
+# copied into frontend/vendor/ so that a wheel built from this tree carries it.
 frontend/node_modules/.installed: frontend/package-lock.json
-	@if command -v npm >/dev/null; then npm ci --prefix frontend --no-audit --no-fund --loglevel=error && touch $@; \
+	@if command -v npm >/dev/null; then npm ci --prefix frontend --no-audit --no-fund --loglevel=error \
+		&& mkdir -p frontend/vendor && cp frontend/node_modules/livekit-client/dist/livekit-client.umd.js frontend/vendor/ \
+		&& touch $@; \
 	else echo "note: npm missing; the page's LiveKit mode and its browser test are unavailable"; fi
 
 install: $(VENV)/.installed-run frontend/node_modules/.installed

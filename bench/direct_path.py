@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from agent.audio import StreamingResampler, encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.protocol import ClientEvent, InputAudioBufferAppend, ServerEvent
-from agent.vad import SileroVadModel
 from bench.stats import percentile
-from plugins.scripted import Script, ScriptedPlugin
-from webrtc.call_audio import RESAMPLE_QUALITY, CallAudioPath
-from webrtc.latency import LatencyFigures
-from webrtc.playout import FRAME_SAMPLES, SAMPLE_RATE, PlayoutQueue
+from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.protocol.audio import StreamingResampler, encode_wire_audio
+from duplex_agent.agent.protocol.events import ClientEvent, InputAudioBufferAppend, ServerEvent
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.webrtc.media.call_audio import RESAMPLE_QUALITY, CallAudioPath
+from duplex_agent.webrtc.media.latency import LatencyFigures
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE, PlayoutQueue
 
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 BARGE_IN_GOAL_MS = 80.0
@@ -434,11 +434,11 @@ async def _callers_done(proc: asyncio.subprocess.Process, timeout: float) -> dic
 async def cpu_per_session(peer_counts: list[int], window_s: float) -> tuple[float, list[CpuRound]]:
     from aiohttp import web
 
-    from agent.server import build_app
-    from agent.settings import Settings
+    from duplex_agent.agent.app.server import build_app
+    from duplex_agent.agent.app.settings import Settings
+    from duplex_agent.webrtc.direct.host_address import interface_ipv4
+    from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
     from tests.speech import speak
-    from webrtc.host_address import interface_ipv4
-    from webrtc.signaling import WEBRTC_PEERS
 
     address = interface_ipv4()
     vad = await asyncio.to_thread(SileroVadModel.shared)

@@ -353,7 +353,7 @@ class DirectCaller(Caller):
         super().__init__(index, speech)
         from aiortc import RTCConfiguration, RTCPeerConnection
 
-        from webrtc.aiortc_tracks import PlayoutTrack
+        from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
         self.url = url
         self.address = address
@@ -374,7 +374,7 @@ class DirectCaller(Caller):
     def _on_track(self, track) -> None:
         from aiortc.mediastreams import MediaStreamError
 
-        from webrtc.aiortc_tracks import frame_to_mono_f32
+        from duplex_agent.webrtc.direct.tracks import frame_to_mono_f32
 
         async def read() -> None:
             try:
@@ -435,7 +435,7 @@ def make_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> lis
             token = room_token(args.api_key, args.api_secret, f"{tag}-{i}", identity, args.agent_name)
             callers.append(LiveKitCaller(i, speech, args.url, token))
         return callers
-    from webrtc.host_address import interface_ipv4
+    from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
     address = args.ice_address or interface_ipv4()
     return [DirectCaller(i, speech, args.url.rstrip("/"), address) for i in range(args.sessions)]

@@ -2,7 +2,7 @@
 
 Everything runs as its own process, so each one's CPU is its own:
 
-- the loopback LiveKit server (``python -m tests.livekit_server``) on this machine's interface;
+- the loopback LiveKit server (``python -m devtools.livekit_server``) on this machine's interface;
 - a LiveKit worker, ``python -m agent.cli start --plugin scripted --agent-name bench-agent``;
 - a direct worker, ``python -m agent.cli serve --plugin scripted`` (aiortc peers, ``POST /api/offer``);
 - per round, N callers in one process (``bench.livekit_callers``): real livekit SDK callers, one
@@ -170,7 +170,7 @@ class Service:
 
 def start_server(log_dir: Path, host: str) -> tuple[Service, str]:
     """The loopback LiveKit server; its URL is the first line it prints."""
-    server = Service("livekit-server", [sys.executable, "-m", "tests.livekit_server", "--host", host, "--port", "0",
+    server = Service("livekit-server", [sys.executable, "-m", "devtools.livekit_server", "--host", host, "--port", "0",
                                         "--print-url", "--api-key", API_KEY, "--api-secret", API_SECRET],
                      log_dir / "livekit-server.log")
     server.start()
@@ -260,18 +260,18 @@ class Bench:
     # -- set-up / tear-down
 
     def start(self) -> None:
-        from webrtc.host_address import interface_ipv4
+        from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
         host = interface_ipv4()  # LiveKit media needs ICE on a real interface; only this machine's address
         self.server, self.url = start_server(self.log_dir, host)
         common = ["--plugin", "scripted", "--max-sessions", str(max(8, max(self.args.session_counts)))]
         self.livekit_worker = Service("livekit-worker", [
-            sys.executable, "-m", "agent.cli", "start", *common, "--livekit-url", self.url,
+            sys.executable, "-m", "duplex_agent.agent.app.cli", "start", *common, "--livekit-url", self.url,
             "--livekit-api-key", API_KEY, "--livekit-api-secret", API_SECRET, "--agent-name", AGENT_NAME,
         ], self.log_dir / "livekit-worker.log")
         self.direct_port = _free_port()
         self.direct_worker = Service("direct-worker", [
-            sys.executable, "-m", "agent.cli", "serve", *common, "--host", "127.0.0.1", "--port", str(self.direct_port),
+            sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", *common, "--host", "127.0.0.1", "--port", str(self.direct_port),
         ], self.log_dir / "direct-worker.log")
         self.livekit_worker.start()
         self.direct_worker.start()

@@ -17,15 +17,15 @@ import time
 import numpy as np
 from aiohttp.test_utils import TestServer
 
-from agent import protocol as p
-from agent.audio import encode_wire_audio
-from agent.backend import Conversation, DuplexBackend
-from agent.local_backend import LocalBackend
-from agent.remote_backend import RemoteBackend
-from agent.server import build_app
-from agent.settings import Settings
 from bench.stats import summary
-from plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.ports import Conversation, DuplexBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
 TONE = base64.b64encode((0.3 * np.sin(np.arange(3200) / 4) * 32767).astype("<i2").tobytes()).decode()
 

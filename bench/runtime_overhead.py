@@ -15,15 +15,15 @@ import aiohttp
 import numpy as np
 from aiohttp.test_utils import TestServer
 
-from agent import protocol as p
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.server import build_app
-from agent.settings import Settings
 from bench.stats import summary
-from plugins.contract import DuplexAppendPlan
-from plugins.engine import DuplexEngine, StageOutput
-from plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.contract import DuplexAppendPlan
+from duplex_agent.plugins.contract.engine import DuplexEngine, StageOutput
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
 
 class NoopEngine(DuplexEngine):

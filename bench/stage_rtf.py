@@ -13,9 +13,9 @@ from collections.abc import Callable
 import numpy as np
 import soxr
 
-from agent.vad import SileroVadModel, VadStream
-from plugins.reference.asr import WhisperRecognizer
-from plugins.reference.tts import PiperSynthesizer
+from duplex_agent.agent.models.vad import SileroVadModel, VadStream
+from duplex_agent.plugins.reference.asr import WhisperRecognizer
+from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
 SR = 16000
 TEXT = "The quick brown fox jumps over the lazy dog. It was a sunny day, and everyone was happy."

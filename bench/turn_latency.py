@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent import protocol as p
-from agent.audio import encode_base64_f32, encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.vad import VadSettings
 from bench import stage_rtf
 from bench.stats import percentile, summary
-from plugins.reference.plugin import ReferencePlugin
+from duplex_agent.agent.models.vad import VadSettings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import encode_base64_f32, encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from tests.speech import speak
 
 RATE = 16000

@@ -24,8 +24,8 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from webrtc.aiortc_tracks import PlayoutTrack, frame_to_mono_f32
-from webrtc.host_address import candidates_on, interface_ipv4
+from duplex_agent.webrtc.direct.host_address import candidates_on, interface_ipv4
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 DEFAULT_UTTERANCE = "Please tell me a long story about the sea and the ships."
 LOUD_RMS = 0.02

@@ -1,12 +1,11 @@
 """The page a person opens: static files served without a build step.
 
 The LiveKit mode needs livekit-client's prebuilt browser bundle. It is not
-committed: ``npm ci --prefix frontend`` installs the version pinned in
-``frontend/package-lock.json`` and the page loads it from
-``/vendor/livekit-client.umd.js``, which is served from
-``frontend/node_modules/livekit-client/dist/`` or, for an installed copy of the
-package, from ``frontend/vendor/`` (copy the file there before building a
-wheel). Without it the Direct mode works and the LiveKit mode says what to run.
+committed: ``make install`` runs ``npm ci --prefix frontend`` (the version pinned in
+``frontend/package-lock.json``) and copies the bundle to ``frontend/vendor/``,
+which the wheel carries as package data. The page loads it from
+``/vendor/livekit-client.umd.js``. Without it the Direct mode works and the
+LiveKit mode says what to run.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ STATIC_DIR = Path(__file__).parent
 _FILES = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css"}
 LIVEKIT_CLIENT_ROUTE = "/vendor/livekit-client.umd.js"
 LIVEKIT_CLIENT_CANDIDATES = (
-    STATIC_DIR / "node_modules" / "livekit-client" / "dist" / "livekit-client.umd.js",
     STATIC_DIR / "vendor" / "livekit-client.umd.js",
+    STATIC_DIR / "node_modules" / "livekit-client" / "dist" / "livekit-client.umd.js",
 )
 
 

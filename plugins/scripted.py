@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plugins.contract import (
+from duplex_agent.plugins.contract import (
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -30,9 +30,9 @@ from plugins.contract import (
     reject_changed_runtime_value,
     reject_private_runtime_keys,
 )
-from plugins.inprocess_engine import InProcessEngine, PythonStage, StageRequest, StageYield
-from plugins.speech_data_plane import SpeechDataPlane
-from plugins.unit_packetizer import UnitPacketizer
+from duplex_agent.plugins.engines.inprocess import InProcessEngine, PythonStage, StageRequest, StageYield
+from duplex_agent.plugins.speech_data_plane import SpeechDataPlane
+from duplex_agent.plugins.unit_packetizer import UnitPacketizer
 
 RATE = 16000
 

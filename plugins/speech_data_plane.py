@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from plugins.contract import DuplexDataPlane, EncodeAudio
-from plugins.engine import StageOutput, request_session_id
+from duplex_agent.plugins.contract import DuplexDataPlane, EncodeAudio
+from duplex_agent.plugins.contract.engine import StageOutput, request_session_id
 
 
 class SpeechDataPlane(DuplexDataPlane):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from plugins.contract import PcmAppendBuffer, PcmAppendReservation
+from duplex_agent.plugins.contract import PcmAppendBuffer, PcmAppendReservation
 
 
 class UnitReservation(PcmAppendReservation):

@@ -13,7 +13,7 @@ import soxr
 
 @functools.lru_cache(maxsize=32)
 def _spoken(text: str, rate: int) -> np.ndarray:
-    from plugins.reference.tts import PiperSynthesizer
+    from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
     tts = PiperSynthesizer.shared()
     audio = tts.synthesize_all(text)
@@ -28,7 +28,7 @@ def speak(text: str, rate: int = 16000, *, before_ms: float = 0.0, after_ms: flo
 
 
 def transcribe(samples: np.ndarray, rate: int) -> str:
-    from plugins.reference.asr import WhisperRecognizer
+    from duplex_agent.plugins.reference.asr import WhisperRecognizer
 
     audio16k = samples if rate == 16000 else soxr.resample(samples.astype(np.float32), rate, 16000)
     return WhisperRecognizer.shared().transcribe(audio16k.astype(np.float32))

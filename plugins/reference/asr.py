@@ -16,9 +16,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from agent.model_errors import require_module
-from agent.shared_model import SharedModel
-from plugins.reference.weights import whisper_tiny_en_dir
+from duplex_agent.agent.models.model_errors import require_module
+from duplex_agent.agent.models.shared_model import SharedModel
+from duplex_agent.plugins.reference.weights import whisper_tiny_en_dir
 
 logger = logging.getLogger("duplex_agent.models")
 

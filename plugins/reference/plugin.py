@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from plugins.contract import (
+from duplex_agent.plugins.contract import (
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -26,17 +26,17 @@ from plugins.contract import (
     PrivateRuntimeKeyError,
     reject_private_runtime_keys,
 )
-from plugins.inprocess_engine import InProcessEngine
-from plugins.reference.sentences import ClauseSplitter
-from plugins.reference.stages import (
+from duplex_agent.plugins.engines.inprocess import InProcessEngine
+from duplex_agent.plugins.reference.sentences import ClauseSplitter
+from duplex_agent.plugins.reference.stages import (
     ASR_RATE,
     ConversationContext,
     RecognizerStage,
     ResponderStage,
     SynthesizerStage,
 )
-from plugins.speech_data_plane import SpeechDataPlane
-from plugins.unit_packetizer import UnitPacketizer
+from duplex_agent.plugins.speech_data_plane import SpeechDataPlane
+from duplex_agent.plugins.unit_packetizer import UnitPacketizer
 
 log = logging.getLogger("duplex_agent.models")
 
@@ -68,9 +68,9 @@ class ReferencePlugin(DuplexModelPlugin):
 
     def build_local_engine(self) -> InProcessEngine:
         """Loads the models (once per process) and wires the three stages."""
-        from plugins.reference.asr import WhisperRecognizer
-        from plugins.reference.responders import make_responder
-        from plugins.reference.tts import PiperSynthesizer
+        from duplex_agent.plugins.reference.asr import WhisperRecognizer
+        from duplex_agent.plugins.reference.responders import make_responder
+        from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
         responder = make_responder(self.responder_name, self.responder_settings)
         log.info("loading Whisper tiny.en")

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plugins.engine import request_session_id
-from plugins.inprocess_engine import PythonStage, StageRequest, StageYield
-from plugins.reference.asr import WhisperRecognizer
-from plugins.reference.responders import Responder
-from plugins.reference.tts import PiperSynthesizer
+from duplex_agent.plugins.contract.engine import request_session_id
+from duplex_agent.plugins.engines.inprocess import PythonStage, StageRequest, StageYield
+from duplex_agent.plugins.reference.asr import WhisperRecognizer
+from duplex_agent.plugins.reference.responders import Responder
+from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
 log = logging.getLogger("duplex_agent.reference")
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from agent.model_errors import require_module
-from agent.shared_model import SharedModel
-from plugins.reference.weights import piper_voice_paths
+from duplex_agent.agent.models.model_errors import require_module
+from duplex_agent.agent.models.shared_model import SharedModel
+from duplex_agent.plugins.reference.weights import piper_voice_paths
 
 logger = logging.getLogger("duplex_agent.models")
 

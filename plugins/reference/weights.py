@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from agent.model_errors import MissingModelError, require_module
+from duplex_agent.agent.models.model_errors import MissingModelError, require_module
 
 
 def whisper_tiny_en_dir() -> Path:

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.reference.plugin import ReferencePlugin
-from webrtc.host_address import interface_ipv4
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.reference.plugin import ReferencePlugin
+from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
 
 class Microphone:

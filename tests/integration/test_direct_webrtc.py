@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 
-from agent.ledger import text_heard_by
+from duplex_agent.agent.session.ledger import text_heard_by
 from tests.integration.conftest import Microphone
 from tests.speech import speak, transcribe, words
 from tests.webrtc.client_peer import ClientPeer, wait_for

@@ -9,12 +9,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.scripted import Script, ScriptedPlugin
-from webrtc.host_address import interface_ipv4
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
 REALTIME = "/v1/realtime?duplex=1"
 FAMILIES = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.livekit_server import LoopbackLiveKitServer
+from devtools.livekit_server import LoopbackLiveKitServer
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_NAME = "duplex-test"
@@ -30,7 +30,7 @@ class WorkerProcess:
                  url: str | None = None, secret: str | None = None, extra: tuple[str, ...] = ()) -> None:
         self.log_path = log_path
         self.args = [
-            sys.executable, "-m", "agent.cli", "start",
+            sys.executable, "-m", "duplex_agent.agent.app.cli", "start",
             "--livekit-url", url or server.url,
             "--livekit-api-key", server.api_key,
             "--livekit-api-secret", secret or server.api_secret,

@@ -17,12 +17,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from frontend import livekit_client_path, register_frontend_routes
+from duplex_agent.frontend import livekit_client_path, register_frontend_routes
+from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 from tests.livekit.conftest import AGENT_NAME
 from tests.speech import speak, write_wav
 from tests.webrtc.browser import Browser, chromium_missing_reason
 from tests.webrtc.client_peer import wait_for
-from webrtc.livekit_tokens import register_livekit_token_routes
 
 QUESTION = "Please book a table for two people tonight."
 
@@ -211,7 +211,7 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
 
 @needs_browser
 async def test_page_explains_a_bad_token_and_an_unreachable_server(livekit_server, page_url):
-    from tests.livekit_server import auth
+    from devtools.livekit_server import auth
 
     browser = await _in_thread(_open_browser)
     try:

@@ -114,7 +114,7 @@ async def test_odd_callers_and_a_closing_room(livekit_server, ready_worker):
 
 async def test_bad_credentials_are_refused_with_a_clear_message(livekit_server, start_worker, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
-    missing = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--plugin", "scripted"],
+    missing = subprocess.run([sys.executable, "-m", "duplex_agent.agent.app.cli", "start", "--plugin", "scripted"],
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2
     assert "missing LiveKit credentials" in missing.stderr and "LIVEKIT_API_SECRET" in missing.stderr

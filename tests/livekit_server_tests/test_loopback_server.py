@@ -16,7 +16,7 @@ import pytest_asyncio
 from livekit import api, rtc
 from livekit.protocol import agent as agent_pb
 
-from tests.livekit_server import LoopbackLiveKitServer
+from devtools.livekit_server import LoopbackLiveKitServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -488,7 +488,7 @@ async def test_automatic_dispatch(server: LoopbackLiveKitServer, rooms) -> None:
 
 async def test_cli_prints_url() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.livekit_server", "--port", "0", "--print-url",
+        sys.executable, "-m", "devtools.livekit_server", "--port", "0", "--print-url",
         "--api-key", "k1", "--api-secret", "s1",
         cwd=str(REPO_ROOT), stdout=asyncio.subprocess.PIPE,
     )

@@ -12,7 +12,7 @@ FOX = "The quick brown fox jumps over the lazy dog"
 @pytest.fixture(scope="session")
 def fox_16k() -> np.ndarray:
     """Piper saying FOX, resampled to 16 kHz mono float32."""
-    from plugins.reference.tts import PiperSynthesizer
+    from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
     tts = PiperSynthesizer.shared()
     audio = tts.synthesize_all(FOX)

@@ -4,10 +4,10 @@ import sys
 import numpy as np
 import pytest
 
-from agent.model_errors import MissingModelError
-from plugins.reference.asr import WhisperRecognizer
-from plugins.reference.tts import PiperSynthesizer
-from plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir
+from duplex_agent.agent.models.model_errors import MissingModelError
+from duplex_agent.plugins.reference.asr import WhisperRecognizer
+from duplex_agent.plugins.reference.tts import PiperSynthesizer
+from duplex_agent.plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir
 
 
 @pytest.fixture(scope="module")

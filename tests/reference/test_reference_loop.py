@@ -8,9 +8,9 @@ import base64
 import numpy as np
 import pytest
 
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from plugins.reference.plugin import ReferencePlugin
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from tests.runtime.drivers import RunnerDriver
 from tests.speech import speak, transcribe, words
 

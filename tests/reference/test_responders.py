@@ -4,7 +4,7 @@ import json
 import pytest
 from aiohttp import web
 
-from plugins.reference.responders import (
+from duplex_agent.plugins.reference.responders import (
     EchoResponder,
     OpenAIResponder,
     ResponderError,

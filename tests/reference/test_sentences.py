@@ -1,4 +1,4 @@
-from plugins.reference.sentences import ClauseSplitter
+from duplex_agent.plugins.reference.sentences import ClauseSplitter
 
 
 def split_stream(text: str, step: int) -> list[str]:

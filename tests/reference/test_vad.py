@@ -3,8 +3,8 @@ import sys
 import numpy as np
 import pytest
 
-from agent.model_errors import MissingModelError
-from agent.vad import SileroVadModel, VadEvent, VadSettings, VadStream
+from duplex_agent.agent.models.model_errors import MissingModelError
+from duplex_agent.agent.models.vad import SileroVadModel, VadEvent, VadSettings, VadStream
 
 SR = 16000
 PAD_S = 1.0

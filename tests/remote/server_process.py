@@ -10,11 +10,11 @@ import sys
 
 from aiohttp import web
 
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
 #: A reply long enough to kill the server in the middle of it (60 words, 50 ms apart).
 REPLY = " ".join(f"word{i}" for i in range(60))

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
-from agent import protocol as p
-from agent.audio import encode_wire_audio
-from agent.local_backend import LocalBackend
-from agent.remote_backend import RemoteBackend
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.reference.plugin import ReferencePlugin
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.reference.plugin import ReferencePlugin
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 from tests.speech import speak, transcribe, words
-from webrtc.call_audio import CallAudioPath
-from webrtc.playout import FRAME_SAMPLES, SAMPLE_RATE
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "

@@ -16,16 +16,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agent import protocol as p
-from agent.audio import encode_wire_audio
-from agent.backend import AdmissionError
-from agent.local_backend import LocalBackend
-from agent.remote_backend import RemoteBackend
-from agent.remote_conversation import RemoteConversation, RemoteOptions
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.scripted import Script, ScriptedPlugin
-from webrtc.call_audio import CallAudioPath
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.conversation import RemoteConversation, RemoteOptions
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
 
 from .fake_server import (
     OMNI_CAPS,

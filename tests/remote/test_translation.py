@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from agent import protocol as p
-from agent.remote_backend import RemoteBackend
-from agent.remote_events import ServerMessageReader
-from agent.remote_input import Outgoing, OutgoingQueue
-from agent.remote_session import parse_session_created, translate_session_update
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.events import ServerMessageReader
+from duplex_agent.agent.remote.input import Outgoing, OutgoingQueue
+from duplex_agent.agent.remote.session import parse_session_created, translate_session_update
 
 from .fake_server import OMNI_CAPS, FakeServer, FakeSession, audio_delta, response_done, session_created
 

@@ -6,12 +6,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from agent.audio import encode_wire_audio
-from agent.limits import SessionLimits
-from agent.local_backend import LocalBackend
-from agent.server import build_app
-from agent.settings import Settings
-from plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.limits import SessionLimits
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.runtime.drivers import Driver, RunnerDriver, WebSocketDriver
 
 

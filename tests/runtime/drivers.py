@@ -10,9 +10,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from agent import protocol as p
-from agent.local_backend import LocalBackend
-from agent.runner import DuplexSessionRunner
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.runner import DuplexSessionRunner
 
 RATE = 16000
 

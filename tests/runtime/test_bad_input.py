@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from plugins.scripted import Script
+from duplex_agent.plugins.scripted import Script
 from tests.runtime.drivers import tone
 
 APPEND = "input_audio_buffer.append"

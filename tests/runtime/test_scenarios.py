@@ -8,9 +8,9 @@ import statistics
 import numpy as np
 import pytest
 
-from agent.limits import SessionLimits
-from plugins.inprocess_engine import InProcessEngine
-from plugins.scripted import ListenerStage, Script, SpeakerStage
+from duplex_agent.agent.session.limits import SessionLimits
+from duplex_agent.plugins.engines.inprocess import InProcessEngine
+from duplex_agent.plugins.scripted import ListenerStage, Script, SpeakerStage
 from tests.runtime.conftest import TRANSPORTS
 from tests.runtime.drivers import tone
 
@@ -170,7 +170,7 @@ async def test_admission_refuses_past_max_sessions(open_driver, transport):
     await driver.send(MANUAL)
     await driver.until("session.created")
     if transport == "runner":
-        from agent.backend import AdmissionError
+        from duplex_agent.agent.session.ports import AdmissionError
 
         with pytest.raises(AdmissionError) as refused:
             await backend.open()

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from webrtc.aiortc_tracks import PlayoutTrack, frame_to_mono_f32
-from webrtc.host_address import candidates_on
+from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 
 def frames_of(audio: np.ndarray) -> Callable[[], np.ndarray]:

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import soxr
 
-from agent.model_errors import MissingModelError
+from duplex_agent.agent.models.model_errors import MissingModelError
+from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.speech import write_wav
-from webrtc.host_address import interface_ipv4
 
 SPEECH_TEXT = "Hello there. Can you hear me? I would like to ask you something about the weather."
 
@@ -26,7 +26,7 @@ def host_address() -> str:
 def speech_48k() -> np.ndarray:
     """Piper speaking SPEECH_TEXT, mono float32 at 48 kHz."""
     try:
-        from plugins.reference.tts import PiperSynthesizer
+        from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
         tts = PiperSynthesizer.shared()
     except (ImportError, MissingModelError) as exc:

@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from agent.audio import encode_base64_pcm16
-from agent.backend import AdmissionError
-from agent.protocol import (
+from duplex_agent.agent.protocol.audio import encode_base64_pcm16
+from duplex_agent.agent.protocol.events import (
     ClientEvent,
     InputAudioBufferAppend,
     ResponseAudioDelta,
@@ -19,7 +18,8 @@ from agent.protocol import (
     ResponseCreated,
     ServerEvent,
 )
-from plugins.contract import DuplexCapabilities
+from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.plugins.contract import DuplexCapabilities
 
 CAPS = DuplexCapabilities(
     plugin_id="fake", input_sample_rate=16000, unit_samples=1280, output_sample_rate=24000, max_sessions=4

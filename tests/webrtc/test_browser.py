@@ -6,8 +6,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from frontend import register_frontend_routes
-from webrtc.signaling import WEBRTC_PEERS, register_webrtc_routes
+from duplex_agent.frontend import register_frontend_routes
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 
 from .browser import Browser, chromium_missing_reason
 from .client_peer import wait_for

@@ -4,8 +4,8 @@ import base64
 import numpy as np
 import pytest
 
-from agent.audio import encode_base64_pcm16
-from agent.protocol import (
+from duplex_agent.agent.protocol.audio import encode_base64_pcm16
+from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
     ProtocolError,
@@ -17,8 +17,8 @@ from agent.protocol import (
     SessionUpdate,
     SpeechStopped,
 )
-from webrtc.call_audio import CallAudioPath
-from webrtc.playout import FRAME_MS
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_MS
 
 from .fakes import EnergyVadModel, FakeConversation
 

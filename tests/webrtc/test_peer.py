@@ -5,8 +5,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.audio import encode_base64_pcm16
-from agent.protocol import (
+from duplex_agent.agent.protocol.audio import encode_base64_pcm16
+from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
     ResponseAudioDelta,
@@ -14,7 +14,7 @@ from agent.protocol import (
     ResponseCreated,
     SessionUpdate,
 )
-from webrtc.signaling import WEBRTC_PEERS, register_webrtc_routes
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
 from .fakes import EchoBackend, FakeConversation

@@ -1,6 +1,6 @@
 import numpy as np
 
-from webrtc.playout import FRAME_SAMPLES, ChunkStarted, PlayoutQueue, ResponsePlayed
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, ChunkStarted, PlayoutQueue, ResponsePlayed
 
 
 def tone(ms: float, level: float = 0.5) -> np.ndarray:

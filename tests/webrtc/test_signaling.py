@@ -3,8 +3,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.backend import AdmissionError
-from webrtc.signaling import MAX_BODY_BYTES, WEBRTC_PEERS, register_webrtc_routes
+from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.webrtc.direct.signaling import MAX_BODY_BYTES, WEBRTC_PEERS, register_webrtc_routes
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
 from .fakes import EchoBackend, EnergyVadModel
@@ -133,4 +133,4 @@ async def test_shutdown_closes_every_peer(host_address):
         await http.close()  # runs on_shutdown
         await client.close()
     assert not app[WEBRTC_PEERS].sessions
-    assert backend.conversations[0].closed_reason == "server_shutdown"
+    assert backend.conversations[0].closed_reason == "shutdown"

@@ -1,0 +1,1 @@
+"""The application: CLI, settings, bootstrap, HTTP server, realtime websocket, LiveKit worker, shutdown."""

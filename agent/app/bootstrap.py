@@ -1,0 +1,46 @@
+"""Builds the backend the settings ask for: an in-process plugin or a remote vLLM-Omni server."""
+
+from __future__ import annotations
+
+import logging
+
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.session.ports import DuplexBackend
+
+log = logging.getLogger("duplex_agent")
+
+
+def build_backend(settings: Settings) -> DuplexBackend:
+    """The backend the settings ask for; loads models (once) with progress on the log."""
+    if settings.backend:
+        import json
+        from pathlib import Path
+
+        from duplex_agent.agent.remote.backend import RemoteBackend
+
+        session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
+        return RemoteBackend(settings.backend, model=settings.backend_model, api_key=settings.backend_api_key,
+                             max_sessions=settings.max_sessions, session=session)
+    from duplex_agent.agent.models.vad import SileroVadModel
+    from duplex_agent.agent.session.local_backend import LocalBackend
+    from duplex_agent.plugins.contract import load_duplex_plugin, validate_duplex_plugin_sampling
+
+    log.info("loading plugin %s", settings.plugin_path)
+    plugin = load_duplex_plugin(settings.plugin_path, encode_wire_audio)
+    configure = getattr(plugin, "configure_from_settings", None)
+    if configure is not None:
+        configure(settings)
+    engine = plugin.build_local_engine()
+    validate_duplex_plugin_sampling(plugin, sampling_defaults=engine.sampling_defaults)
+    log.info("loading Silero VAD")
+    vad = SileroVadModel.shared()
+    return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
+
+
+async def start_backend(settings: Settings) -> DuplexBackend:
+    backend = build_backend(settings)
+    start = getattr(backend, "start", None)
+    if start is not None:
+        await start()  # a remote backend learns the model's capabilities here
+    return backend

@@ -1,0 +1,1 @@
+"""Helpers every model shares: the VAD, process-wide model loading, model errors."""

@@ -1,0 +1,1 @@
+"""The duplex vocabulary: typed events, session configuration, audio formats; JSON only in the codec."""

@@ -1,0 +1,489 @@
+"""One conversation on a remote duplex server: one websocket, three owned tasks.
+
+The reader decodes server events (and resumes the session after a dropped
+connection when the server supports it), the writer drains a bounded queue of
+outgoing messages, and the watchdog notices a server that stalls mid-response.
+Client events are translated per the server's capabilities on their way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiohttp
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES
+from duplex_agent.agent.remote.events import ServerMessageReader
+from duplex_agent.agent.remote.input import InputEncoder, Outgoing, OutgoingQueue
+from duplex_agent.agent.remote.session import RemoteSession, parse_session_created, translate_session_update
+from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.plugins.contract import DuplexCapabilities
+
+log = logging.getLogger("duplex_agent.remote")
+
+Connect = Callable[..., Awaitable[aiohttp.ClientWebSocketResponse]]
+#: Resume errors after which trying again cannot help (vLLM-Omni's codes).
+FATAL_RESUME_CODES = frozenset({"invalid_session_resume", "session_resume_expired", "unsupported_session_resume",
+                                "invalid_resume_token", "session_resume_conflict"})
+#: Server events that end the session for good.
+_TERMINAL_TYPES = frozenset({"session.expired", "session.replaced", "session.resync_required"})
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    open_timeout_s: float = 10.0
+    #: Input audio the outgoing queue may hold while the server is slow; older audio is dropped.
+    max_queued_input_ms: float = 2000.0
+    #: No server event for this long while a response plays: the response is cancelled here.
+    stall_timeout_s: float = 3.0
+    resume_tries: int = 5
+    #: First resume delay; doubles per try up to 2 s.
+    resume_backoff_s: float = 0.2
+    #: Longest input append (a longer model unit goes in equal slices).
+    max_append_ms: float = 100.0
+    #: Acknowledge received events every this many, so a resuming server can trim its journal.
+    event_ack_every: int = 50
+
+
+class _RecentIds:
+    """A bounded set of response ids (the newest ``limit``)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def add(self, key: str) -> None:
+        self._ids[key] = None
+        while len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ids
+
+
+async def _first_message(ws: aiohttp.ClientWebSocketResponse, timeout: float) -> dict[str, Any] | None:
+    """The next JSON object on ``ws``; None when it closed. Non-JSON text is skipped."""
+    while True:
+        message = await ws.receive(timeout=timeout)
+        if message.type != aiohttp.WSMsgType.TEXT:
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                                aiohttp.WSMsgType.ERROR):
+                return None
+            continue
+        try:
+            data = json.loads(message.data)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+
+
+class RemoteConversation:
+    """A ``Conversation`` whose session runs on a remote server (vLLM-Omni's or ours)."""
+
+    def __init__(self, connect: Connect, ws: aiohttp.ClientWebSocketResponse, remote: RemoteSession,
+                 options: RemoteOptions, *, last_seq: int = 0,
+                 on_close: Callable[[RemoteConversation], None] | None = None) -> None:
+        self._connect = connect
+        self._ws = ws
+        self.remote = remote
+        self.options = options
+        self._on_close = on_close
+        self._caps = remote.capabilities
+        self._encoder = InputEncoder(remote, max_append_ms=options.max_append_ms)
+        self._outgoing = OutgoingQueue(options.max_queued_input_ms)
+        self._reader = ServerMessageReader(self._caps.output_sample_rate)
+        self._events: asyncio.Queue[p.ServerEvent | None] = asyncio.Queue()
+        self._connected = asyncio.Event()
+        self._connected.set()
+        self._last_seq = last_seq
+        self._unacked = 0
+        self._last_event_at = time.monotonic()
+        self._configured = False  # the transport's first session.update has been forwarded
+        self._first_reply_pending = False
+        self._speaking: str | None = None  # response whose audio is arriving
+        self._items: dict[str, str] = {}  # response -> item
+        self._cut = _RecentIds()  # responses the edge stopped: their late audio is dropped
+        self._ended_here = _RecentIds()  # responses this side ended: all their later events are dropped
+        self._closing = False
+        self._ended = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.dropped_late_deltas = 0
+        self.resumes = 0
+
+    @classmethod
+    async def open(cls, connect: Connect, session: dict[str, Any], *, model: str, max_sessions: int,
+                   options: RemoteOptions, on_close: Callable[[RemoteConversation], None] | None = None
+                   ) -> RemoteConversation:
+        """Connect, send ``session.update``, wait for ``session.created``; AdmissionError when refused."""
+        ws = await connect(resume=False)
+        try:
+            await ws.send_str(json.dumps({"type": "session.update", "session": session}))
+            data = await _first_message(ws, options.open_timeout_s)
+            while data is not None and data.get("type") not in ("session.created", "error"):
+                data = await _first_message(ws, options.open_timeout_s)
+            if data is None:
+                raise AdmissionError(f"the duplex server closed the connection before creating a session "
+                                     f"(close code {ws.close_code})", code="backend_refused")
+            if data["type"] == "error":
+                error = ServerMessageReader(0).read(data)
+                code = error.code if isinstance(error, p.ErrorEvent) else "backend_refused"
+                message = error.error.get("message") if isinstance(error, p.ErrorEvent) else ""
+                raise AdmissionError(f"the duplex server refused the session: {code}: {message}", code=code)
+            remote = parse_session_created(data, model=model, max_sessions=max_sessions)
+        except TimeoutError:
+            await ws.close()
+            raise AdmissionError(f"no session.created within {options.open_timeout_s:g} s",
+                                 code="backend_timeout") from None
+        except p.ProtocolError as exc:
+            await ws.close()
+            raise AdmissionError(f"unusable session.created: {exc}", code=exc.code) from None
+        except BaseException:
+            await ws.close()
+            raise
+        seq = data.get("server_event_seq")
+        conversation = cls(connect, ws, remote, options, last_seq=seq if isinstance(seq, int) else 0,
+                           on_close=on_close)
+        conversation._start()
+        return conversation
+
+    # ---- the Conversation interface ----
+
+    @property
+    def session_id(self) -> str:
+        return self.remote.session_id
+
+    @property
+    def capabilities(self) -> DuplexCapabilities:
+        return self._caps
+
+    @property
+    def queued_input_ms(self) -> float:
+        return self._outgoing.audio_ms
+
+    def send(self, event: p.ClientEvent) -> None:
+        """Translate and queue a client event; never blocks."""
+        if self._closing:
+            return
+        try:
+            for message, audio_ms in self._translate(event):
+                if self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms)):
+                    self._emit(p.ErrorEvent.of(
+                        "input_backpressure", f"the duplex server is not taking input; dropped the oldest audio "
+                        f"beyond {self.options.max_queued_input_ms:g} ms", error_type="server_error"))
+        except p.ProtocolError as exc:
+            self._emit(p.ErrorEvent.from_exception(exc))
+
+    async def events(self) -> AsyncIterator[p.ServerEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+        self._events.put_nowait(None)  # later readers see the end too
+
+    async def close(self, reason: str = "client_closed") -> None:
+        if self._closing:
+            await self._ended.wait()
+            return
+        if self.remote.extended and not self._ws.closed:
+            try:
+                await asyncio.wait_for(self._ws.send_str('{"type":"session.close"}'), 1.0)
+            except (ConnectionError, TimeoutError):
+                pass
+        await self._shutdown(p.SessionClosed(reason))
+
+    # ---- client -> server ----
+
+    def _translate(self, event: p.ClientEvent) -> list[tuple[dict[str, Any], float]]:
+        if isinstance(event, p.InputAudioBufferAppend):
+            return _appends(self._encoder.push(event.audio))
+        if isinstance(event, p.SessionUpdate):
+            return [self._session_update(event)]
+        if isinstance(event, p.InputAudioBufferCommit):
+            return [*_appends(self._encoder.flush()), (_wire(event), 0.0)]
+        if isinstance(event, p.InputAudioBufferClear):
+            self._encoder.clear()
+        elif isinstance(event, p.ResponseCancel):
+            return self._cancel(event)
+        elif isinstance(event, p.PlaybackAck):
+            return self._playback_ack(event)
+        elif isinstance(event, p.ConversationItemTruncate) and not self._caps.supports_truncation:
+            log.debug("the server cannot truncate items; dropping %s", event.type)
+            return []
+        return [(_wire(event), 0.0)]
+
+    def _session_update(self, event: p.SessionUpdate) -> tuple[dict[str, Any], float]:
+        update = event.session
+        audio_format = update.get("input_audio_format", self._encoder.in_format)
+        rate = update.get("input_sample_rate", self._encoder.in_rate)
+        if self._configured and (audio_format, rate) != (self._encoder.in_format, self._encoder.in_rate):
+            raise p.ProtocolError("session_field_immutable", "the input audio format and rate cannot change "
+                                  "after the session started", event_id=event.event_id)
+        if audio_format not in INPUT_FORMATS:
+            raise p.ProtocolError("unsupported_audio_format",
+                                  f"input_audio_format must be one of {sorted(INPUT_FORMATS)}", event_id=event.event_id)
+        if rate not in SUPPORTED_RATES:
+            raise p.ProtocolError("unsupported_sample_rate", f"input_sample_rate must be one of "
+                                  f"{sorted(SUPPORTED_RATES)}", event_id=event.event_id)
+        self._encoder.configure(audio_format, rate)
+        if not self._configured:
+            self._configured = self._first_reply_pending = True
+        message = {"type": "session.update", "session": translate_session_update(update, self.remote)}
+        if event.event_id:
+            message["event_id"] = event.event_id
+        return message, 0.0
+
+    def _cancel(self, event: p.ResponseCancel) -> list[tuple[dict[str, Any], float]]:
+        response_id = event.response_id or self._speaking
+        if response_id:
+            self._cut.add(response_id)
+        if event.reason == "barge_in" and not self._caps.supports_barge_in:
+            # The model cannot be interrupted: the edge has gone quiet, the response ends here.
+            if response_id and response_id not in self._ended_here:
+                self._end_response_here(response_id, "barge_in")
+            return []
+        if event.reason == "barge_in" and self.remote.extended:
+            return [({"type": "barge_in"}, 0.0)]
+        message: dict[str, Any] = {"type": "response.cancel"}
+        if response_id:
+            message["response_id"] = response_id
+        if not self.remote.extended:
+            message["reason"] = event.reason
+        return [(message, 0.0)]
+
+    def _playback_ack(self, event: p.PlaybackAck) -> list[tuple[dict[str, Any], float]]:
+        item_id = self._items.get(event.response_id)
+        if self._caps.supports_playback_ack:
+            message: dict[str, Any] = {"type": "playback.ack", "response_id": event.response_id,
+                                       "played_ms": event.played_ms, "committed_ms": event.played_ms}
+            if item_id:
+                message["item_id"] = item_id
+            if event.response_id in self._cut and self._caps.supports_truncation:
+                message["truncate"] = True
+            return [(message, 0.0)]
+        if self._caps.supports_truncation and item_id:
+            return [({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
+                      "audio_end_ms": event.played_ms}, 0.0)]
+        return []
+
+    async def _write(self) -> None:
+        while True:
+            item = await self._outgoing.get()
+            await self._connected.wait()
+            try:
+                await self._ws.send_str(item.text)
+            except ConnectionError:
+                self._outgoing.put_front(item)  # goes first once the reader has resumed the session
+                self._connected.clear()
+
+    # ---- server -> client ----
+
+    async def _read(self) -> None:
+        while True:
+            message = await self._ws.receive()
+            if message.type == aiohttp.WSMsgType.TEXT:
+                if self._on_text(message.data):
+                    return
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                log.warning("skipping a binary frame from the duplex server")
+            elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                                  aiohttp.WSMsgType.ERROR):
+                self._connected.clear()
+                if self._caps.supports_resume and self.remote.resume_token and await self._resume():
+                    continue
+                self._emit(p.ErrorEvent.of("backend_disconnected", f"lost the connection to the duplex server "
+                                           f"(close code {self._ws.close_code})", error_type="server_error"))
+                self._spawn_shutdown(p.SessionClosed("backend_disconnected"))
+                return
+
+    def _on_text(self, text: str) -> bool:
+        """Handle one server message; True when the session has ended."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            log.warning("skipping a server message that is not JSON")
+            return False
+        if not isinstance(data, dict):
+            log.warning("skipping a server message that is not a JSON object")
+            return False
+        seq = data.get("server_event_seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            if seq <= self._last_seq:
+                return False  # already seen (replayed after a resume)
+            self._last_seq = seq
+            self._ack_events()
+        self._last_event_at = time.monotonic()
+        if data.get("type") in _TERMINAL_TYPES:
+            ended = f"the duplex server ended the session: {data.get('type')} {data.get('reason', '')}".strip()
+            self._emit(p.ErrorEvent.of("backend_disconnected", ended, error_type="server_error"))
+            self._spawn_shutdown(p.SessionClosed(str(data.get("reason") or data["type"])))
+            return True
+        event = self._reader.read(data)
+        if event is None:
+            return False
+        if isinstance(event, p.SessionClosed):
+            self._spawn_shutdown(event)
+            return True
+        self._on_event(event)
+        return False
+
+    def _on_event(self, event: p.ServerEvent) -> None:
+        if isinstance(event, p.SessionCreated):
+            return  # a repeat of the one ``open`` consumed
+        if isinstance(event, p.SessionUpdated):
+            if not self._configured:
+                return  # the answer to our own opening update
+            session = {**event.session, "capabilities": self._caps.to_dict()}
+            if self._first_reply_pending:
+                self._first_reply_pending = False
+                self._emit(p.SessionCreated(session))
+            else:
+                self._emit(p.SessionUpdated(session))
+            return
+        response_id = getattr(event, "response_id", None)
+        late = isinstance(event, p.ResponseAudioDelta | p.ResponseTranscriptDelta) and response_id in self._cut
+        if late or response_id in self._ended_here:
+            self.dropped_late_deltas += isinstance(event, p.ResponseAudioDelta)
+            return
+        if isinstance(event, p.ResponseCreated):
+            self._items[event.response_id] = event.item_id
+            if len(self._items) > 256:
+                self._items.pop(next(iter(self._items)))
+        elif isinstance(event, p.ResponseAudioDelta):
+            self._speaking = event.response_id
+        elif isinstance(event, p.ResponseDone | p.ResponseAudioDone) and response_id == self._speaking:
+            self._speaking = None
+        self._emit(event)
+
+    def _ack_events(self) -> None:
+        """Tell a resumable vLLM-Omni server what arrived, so its replay journal stays short."""
+        if not (self.remote.extended and self._caps.supports_resume):
+            return
+        self._unacked += 1
+        if self._unacked >= self.options.event_ack_every:
+            self._unacked = 0
+            self._outgoing.put(Outgoing(json.dumps({"type": "session.event_ack", "server_event_seq": self._last_seq})))
+
+    async def _resume(self) -> bool:
+        """Reattach to the session on a new socket; True when the server replays what we missed."""
+        delay = self.options.resume_backoff_s
+        for attempt in range(1, self.options.resume_tries + 1):
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 2.0)
+            try:
+                ws = await self._connect(resume=True)
+            except AdmissionError as exc:
+                log.info("resume try %d: %s", attempt, exc)
+                continue
+            request: dict[str, Any] = {"type": "session.resume", "session_id": self.remote.session_id,
+                                       "resume_token": self.remote.resume_token,
+                                       "last_received_server_event_seq": self._last_seq}
+            if self.remote.incarnation is not None:
+                request["incarnation"] = self.remote.incarnation
+            try:
+                await ws.send_str(json.dumps(request))
+                reply = await _first_message(ws, self.options.open_timeout_s)
+            except (ConnectionError, TimeoutError):
+                reply = None
+            kind = reply.get("type") if reply else None
+            if reply is not None and kind == "session.resumed":
+                token = reply.get("resume_token")
+                if isinstance(token, str) and token:
+                    self.remote = replace(self.remote, resume_token=token)
+                old, self._ws = self._ws, ws
+                await old.close()
+                self.resumes += 1
+                self._last_event_at = time.monotonic()
+                self._connected.set()
+                log.info("resumed session %s after seq %d", self.session_id, self._last_seq)
+                return True
+            await ws.close()
+            code = _error_code(reply)
+            log.info("resume try %d refused: %s", attempt, code or kind)
+            if code in FATAL_RESUME_CODES or kind == "session.resync_required":
+                return False
+        return False
+
+    # ---- stalls ----
+
+    async def _watch_stalls(self) -> None:
+        limit = self.options.stall_timeout_s
+        while True:
+            await asyncio.sleep(limit / 4)
+            response_id = self._speaking
+            silent_s = time.monotonic() - self._last_event_at
+            if response_id is None or silent_s <= limit:
+                continue
+            self._emit(p.ErrorEvent.of(
+                "backend_stalled", f"no event from the duplex server for {silent_s:.1f} s while response "
+                f"{response_id} played; it is cancelled", error_type="server_error"))
+            self._cut.add(response_id)
+            self._end_response_here(response_id, "backend_stalled")
+            self._outgoing.put(Outgoing(json.dumps({"type": "response.cancel", "response_id": response_id})))
+
+    def _end_response_here(self, response_id: str, reason: str) -> None:
+        self._ended_here.add(response_id)
+        if self._speaking == response_id:
+            self._speaking = None
+        self._emit(p.ResponseDone(response_id, "cancelled", reason))
+
+    # ---- lifecycle ----
+
+    def _start(self) -> None:
+        name = self.remote.session_id or "remote"
+        self._tasks = [asyncio.create_task(self._read(), name=f"remote-read-{name}"),
+                       asyncio.create_task(self._write(), name=f"remote-write-{name}"),
+                       asyncio.create_task(self._watch_stalls(), name=f"remote-stalls-{name}")]
+
+    def _spawn_shutdown(self, closed: p.SessionClosed) -> None:
+        """Shut down from inside the reader: the shutdown runs as its own task, kept in ``_tasks``."""
+        if not self._closing:
+            self._tasks.append(asyncio.create_task(self._shutdown(closed), name="remote-shutdown"))
+
+    async def _shutdown(self, closed: p.SessionClosed) -> None:
+        if self._closing:
+            await self._ended.wait()
+            return
+        self._closing = True
+        current = asyncio.current_task()
+        others = [task for task in self._tasks if task is not current]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        try:
+            await asyncio.wait_for(self._ws.close(), 2.0)  # a cancelled close drops the connection
+        except TimeoutError:
+            pass
+        self._emit(closed)
+        self._events.put_nowait(None)
+        self._ended.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _emit(self, event: p.ServerEvent) -> None:
+        if not self._ended.is_set():
+            self._events.put_nowait(event)
+
+
+def _appends(packets: list[tuple[str, float]]) -> list[tuple[dict[str, Any], float]]:
+    return [({"type": "input_audio_buffer.append", "audio": audio}, ms) for audio, ms in packets]
+
+
+def _wire(event: p.ClientEvent) -> dict[str, Any]:
+    data = event.to_dict()
+    if data.get("event_id") is None:
+        data.pop("event_id", None)
+    return data
+
+
+def _error_code(data: dict[str, Any] | None) -> str | None:
+    if not data or data.get("type") != "error":
+        return None
+    error = data.get("error")
+    return str(error.get("code")) if isinstance(error, dict) else str(data.get("code"))

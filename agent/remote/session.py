@@ -1,0 +1,116 @@
+"""What a remote duplex server told us in ``session.created``, and how we talk to it.
+
+Two dialects share the vocabulary: our own endpoint puts ``DuplexCapabilities``
+fields in ``session.capabilities``; vLLM-Omni's puts its own names there
+(``supports_session_resume``, ``chunk_period_ms``, ``implementation_level``)
+and the input rate under ``session.audio.input``. Both are read into one
+``RemoteSession``; the client branches on its fields, never on a model name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from duplex_agent.agent.protocol.audio import INPUT_FORMATS
+from duplex_agent.agent.protocol.events import ProtocolError
+from duplex_agent.plugins.contract import DuplexCapabilities
+
+#: Session fields that describe the transport's own audio; they never reach the server.
+LOCAL_AUDIO_FIELDS = ("input_audio_format", "input_sample_rate")
+#: Our overlap policies in vLLM-Omni's names (its ``overlap_policy`` values).
+_EXTENDED_OVERLAP = {"barge_in": "barge_in_on_speech", "listen": "listen_only"}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSession:
+    session_id: str
+    capabilities: DuplexCapabilities
+    #: The wire format and rate the server expects input in.
+    input_format: str
+    input_rate: int
+    resume_token: str | None = None
+    incarnation: int | None = None
+    #: The server speaks vLLM-Omni's duplex extras (``barge_in``, ``session.close``, ``session.event_ack``).
+    extended: bool = False
+
+
+def _first_int(*values: Any) -> int | None:
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _audio_rate(session: dict[str, Any], direction: str) -> int | None:
+    audio = session.get("audio")
+    side = audio.get(direction) if isinstance(audio, dict) else None
+    if not isinstance(side, dict):
+        return None
+    fmt = side.get("format")
+    return _first_int(side.get("sample_rate_hz"), fmt.get("rate") if isinstance(fmt, dict) else None)
+
+
+def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int) -> RemoteSession:
+    """Read a ``session.created`` message (raw JSON object); ProtocolError when it is unusable."""
+    session = data.get("session")
+    if not isinstance(session, dict):
+        raise ProtocolError("invalid_session_created", "session.created carries no session object")
+    caps = session.get("capabilities")
+    caps = caps if isinstance(caps, dict) else {}
+    extended = "implementation_level" in caps or "supports_session_resume" in caps
+    input_rate = _first_int(session.get("input_sample_rate"), _audio_rate(session, "input"),
+                            caps.get("input_sample_rate")) or 16000
+    input_format = session.get("input_audio_format", "pcm16")
+    if input_format not in INPUT_FORMATS:
+        raise ProtocolError("unsupported_audio_format", f"the server wants input as {input_format!r}")
+    unit_ms = caps.get("chunk_period_ms")
+    unit_samples = _first_int(caps.get("unit_samples"),
+                              round(unit_ms * input_rate / 1000) if isinstance(unit_ms, int | float) else None)
+    capabilities = DuplexCapabilities(
+        plugin_id=str(caps.get("plugin_id") or session.get("model") or model or "remote"),
+        input_sample_rate=input_rate,
+        unit_samples=unit_samples or input_rate // 10,
+        output_sample_rate=_first_int(caps.get("output_sample_rate"), _audio_rate(session, "output")) or 24000,
+        max_sessions=max_sessions,
+        input_mode="continuous" if extended or caps.get("input_mode") == "continuous" else "turn",
+        input_formats=tuple(caps.get("input_formats") or (input_format,)),
+        supports_barge_in=bool(caps.get("supports_barge_in", False)),
+        # vLLM-Omni takes playback.ack from every model; ours says so in the capabilities.
+        supports_playback_ack=bool(caps.get("supports_playback_ack", extended)),
+        supports_truncation=bool(caps.get("supports_truncation", caps.get("supports_audio_truncate", False))),
+        supports_resume=bool(caps.get("supports_resume", caps.get("supports_session_resume", False))),
+        handles_overlap=bool(caps.get("handles_overlap", extended)),
+    )
+    token = data.get("resume_token")
+    incarnation = data.get("incarnation")
+    return RemoteSession(
+        session_id=str(session.get("id") or data.get("session_id") or ""),
+        capabilities=capabilities,
+        input_format=input_format,
+        input_rate=input_rate,
+        resume_token=token if isinstance(token, str) and token else None,
+        incarnation=incarnation if isinstance(incarnation, int) else None,
+        extended=extended,
+    )
+
+
+def translate_session_update(update: dict[str, Any], remote: RemoteSession) -> dict[str, Any]:
+    """The transport's ``session`` fields as the server should get them.
+
+    The transport's audio format and rate stay here (we re-encode). For the
+    vLLM-Omni dialect, overlap policies take its names, and server VAD is
+    dropped for a model that cannot be barged in on (its docs gate
+    ``turn_detection.server_vad`` on ``supports_barge_in``).
+    """
+    out = {k: v for k, v in update.items() if k not in LOCAL_AUDIO_FIELDS}
+    if not remote.extended:
+        return out
+    if "overlap_policy" in out:
+        policy = out["overlap_policy"]
+        if policy == "barge_in" and not remote.capabilities.supports_barge_in:
+            policy = "listen"
+        out["overlap_policy"] = _EXTENDED_OVERLAP.get(policy, policy)
+    if isinstance(out.get("turn_detection"), dict) and not remote.capabilities.supports_barge_in:
+        out["turn_detection"] = None
+    return out

@@ -1,0 +1,55 @@
+"""What a transport talks to: a backend that opens conversations.
+
+A conversation takes client events in wire order and yields server events.
+The local backend is our session runner with an in-process plugin; the remote
+backend is a vLLM-Omni duplex server. Transports see only this interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from duplex_agent.agent.protocol.events import ClientEvent, ServerEvent
+from duplex_agent.plugins.contract import DuplexCapabilities
+
+
+class AdmissionError(RuntimeError):
+    """The backend cannot take another conversation now (``code`` says why)."""
+
+    def __init__(self, message: str, *, code: str = "resource_exhausted") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Conversation(Protocol):
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def capabilities(self) -> DuplexCapabilities: ...
+
+    def send(self, event: ClientEvent) -> None:
+        """Queue a client event; never blocks; order is kept."""
+
+    def events(self) -> AsyncIterator[ServerEvent]:
+        """Server events until the conversation closes."""
+
+    async def close(self, reason: str = "client_closed") -> None: ...
+
+
+class DuplexBackend(Protocol):
+    @property
+    def capabilities(self) -> DuplexCapabilities: ...
+
+    @property
+    def active_sessions(self) -> int: ...
+
+    async def open(self) -> Conversation:
+        """A new conversation; raises AdmissionError when full or shutting down."""
+
+    def stop_admitting(self) -> None:
+        """Refuse every later ``open`` with ``AdmissionError`` (code ``shutting_down``)."""
+
+    async def close(self) -> None:
+        """Close every live conversation (``session.closed`` with reason ``shutdown``)."""

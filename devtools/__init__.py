@@ -1,0 +1,1 @@
+"""Tools for development, tests and benchmarks (not installed): the loopback LiveKit server."""

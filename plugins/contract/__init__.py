@@ -1,0 +1,56 @@
+"""The model-plugin contract for full-duplex models.
+
+Follows vLLM-Omni's duplex plugin contract member by member (names and meaning),
+so that an author of a vLLM-Omni plugin finds the same hooks here. One
+``DuplexModelPlugin`` subclass describes one model: its engine policy (how input
+becomes stage requests, what stage outputs mean) and its session policy
+(capabilities, runtime configuration, per-session state, event projection).
+The session runner in ``agent/`` drives it; a plugin never sees a transport.
+
+The contract is split by role: ``types`` (values and errors), ``buffers`` (append
+buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
+``loading``; everything is importable from this package.
+"""
+
+from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
+from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
+from duplex_agent.plugins.contract.loading import load_duplex_plugin, validate_duplex_plugin_sampling
+from duplex_agent.plugins.contract.plugin import DuplexModelPlugin, PartialStageForward
+from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState, DuplexModelSessionState
+from duplex_agent.plugins.contract.types import (
+    DuplexAppendPlan,
+    DuplexCapabilities,
+    DuplexFence,
+    DuplexOutputDecision,
+    DuplexRuntimeConfigError,
+    DuplexSessionConfig,
+    PrivateRuntimeKeyError,
+    coerce_int,
+    payload_turn_id,
+    reject_changed_runtime_value,
+    reject_private_runtime_keys,
+)
+
+__all__ = [
+    "DefaultDuplexModelSessionState",
+    "DuplexAppendPlan",
+    "DuplexCapabilities",
+    "DuplexDataPlane",
+    "DuplexFence",
+    "DuplexModelPlugin",
+    "DuplexModelSessionState",
+    "DuplexOutputDecision",
+    "DuplexRuntimeConfigError",
+    "DuplexSessionConfig",
+    "EncodeAudio",
+    "PartialStageForward",
+    "PcmAppendBuffer",
+    "PcmAppendReservation",
+    "PrivateRuntimeKeyError",
+    "coerce_int",
+    "load_duplex_plugin",
+    "payload_turn_id",
+    "reject_changed_runtime_value",
+    "reject_private_runtime_keys",
+    "validate_duplex_plugin_sampling",
+]

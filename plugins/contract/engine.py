@@ -1,0 +1,66 @@
+"""The engine port: how the runner reaches a model's stages.
+
+A stage request is opened by its first plan, takes more input while plans are
+resumable (streaming input), and closes on a final plan. Its outputs stream
+back until one is marked finished. Requests are aborted by id. The in-process
+engine, a vLLM engine (streaming-input requests, ``abort``) and a remote server
+all fit this shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+from duplex_agent.plugins.contract.types import DuplexAppendPlan
+
+
+class EngineSubmitError(RuntimeError):
+    """A stage refused a plan; the runner rolls the input back."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageOutput:
+    request_id: str
+    stage_id: int
+    output: object
+    #: The stage request ended with this output; no more follow.
+    finished: bool = False
+    token_ids: tuple[int, ...] = ()
+    metadata: dict[str, object] = field(default_factory=dict)
+    #: Set when the stage failed; ``finished`` is then True.
+    error: str | None = None
+
+
+class DuplexEngine(ABC):
+    """Runs one model's stages for every session of a worker."""
+
+    @property
+    @abstractmethod
+    def stage_count(self) -> int: ...
+
+    @property
+    def sampling_defaults(self) -> tuple[object, ...]:
+        """One default sampling parameter per stage (None where a stage has none)."""
+        return (None,) * self.stage_count
+
+    @abstractmethod
+    async def submit(self, plan: DuplexAppendPlan) -> None:
+        """Open or extend the stage request ``plan.request_id``; raise EngineSubmitError if refused."""
+
+    @abstractmethod
+    def outputs(self, request_id: str) -> AsyncIterator[StageOutput]:
+        """Stream a submitted request's outputs until it finishes or is aborted."""
+
+    @abstractmethod
+    async def abort(self, request_ids: Iterable[str]) -> None:
+        """Stop these requests now; their streams end without a finished output."""
+
+    async def close(self) -> None:
+        """Release the engine's resources."""
+
+
+def request_session_id(request_id: str) -> str:
+    """The session a runner-made request id belongs to (ids are ``<session>-<scope>...``)."""
+    return request_id.split("-", 1)[0]

@@ -1,0 +1,1 @@
+"""Engines that run a model's stages in this process."""

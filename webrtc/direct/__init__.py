@@ -1,0 +1,1 @@
+"""Direct WebRTC with aiortc: signaling routes, peer sessions, tracks."""

@@ -1,0 +1,174 @@
+"""One browser peer: an aiortc connection bound to one duplex conversation.
+
+The session owns everything it starts (the caller reader, the playout track,
+the metrics ticker, the connect deadline) and closes it all, with the
+conversation, when the peer goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiortc import RTCDataChannel, RTCPeerConnection
+from aiortc.mediastreams import MediaStreamTrack
+
+from duplex_agent.agent.metrics import ACTIVE_SESSIONS, ERRORS
+from duplex_agent.agent.protocol.events import (
+    ErrorEvent,
+    InputDtmf,
+    ProtocolError,
+    ServerEvent,
+    SessionUpdate,
+    decode_client_event,
+)
+from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.webrtc.direct.tracks import CallerAudioReader, PlayoutTrack
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+
+logger = logging.getLogger("duplex_agent.webrtc")
+
+EVENTS_CHANNEL = "events"
+TRANSPORT = "webrtc"
+CONNECT_TIMEOUT_S = 30.0
+METRICS_INTERVAL_S = 1.0
+_EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
+_MAX_PAGE_MESSAGE = 16 * 1024
+
+
+class PeerSession:
+    def __init__(
+        self,
+        pc_id: str,
+        pc: RTCPeerConnection,
+        conversation: Conversation,
+        *,
+        on_finished: Callable[[PeerSession, str], None],
+        **audio_options: Any,
+    ) -> None:
+        self.pc_id = pc_id
+        self.pc = pc
+        self.conversation = conversation
+        self._on_finished = on_finished
+        self.audio = CallAudioPath(
+            conversation, on_event=self._forward_event, on_state=self._forward_state,
+            on_closed=lambda: self.finish("conversation_closed"), **audio_options,
+        )
+        self.playout_track = PlayoutTrack(self.audio.next_frame)
+        self._reader: CallerAudioReader | None = None
+        self._channel: RTCDataChannel | None = None
+        self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.closed = False
+
+        pc.on("track", self._on_track)
+        pc.on("datachannel", self._on_datachannel)
+        pc.on("connectionstatechange", self._on_connection_state)
+
+    async def start(self) -> None:
+        await self.audio.start()
+        ACTIVE_SESSIONS.labels(transport=TRANSPORT).inc()
+        self._tasks.append(asyncio.create_task(self._connect_deadline(), name=f"peer-{self.pc_id}-deadline"))
+        self._tasks.append(asyncio.create_task(self._send_metrics(), name=f"peer-{self.pc_id}-metrics"))
+
+    def finish(self, reason: str) -> None:
+        """Ask the owner to close this session (safe from any callback)."""
+        if not self.closed:
+            self._on_finished(self, reason)
+
+    async def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        logger.info("peer %s closing: %s", self.pc_id, reason)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        if self._reader is not None:
+            await self._reader.close()
+        await self.audio.close()
+        self.playout_track.stop()
+        try:
+            await self.conversation.close(reason)
+        finally:
+            await self.pc.close()
+            ACTIVE_SESSIONS.labels(transport=TRANSPORT).dec()
+
+    # ---- peer connection callbacks ----
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind != "audio" or self._reader is not None:
+            return
+        self.pc.addTrack(self.playout_track)
+        self._reader = CallerAudioReader(
+            track, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
+        )
+
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_CHANNEL or self._channel is not None:
+            return
+        self._channel = channel
+        channel.on("message", self._on_page_message)
+        channel.on("close", lambda: self.finish("data_channel_closed"))
+        while self._early:
+            channel.send(self._early.popleft())
+
+    def _on_connection_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self.finish(f"connection_{self.pc.connectionState}")
+
+    async def _connect_deadline(self) -> None:
+        await asyncio.sleep(CONNECT_TIMEOUT_S)
+        if self.pc.connectionState != "connected":
+            self.finish("connect_timeout")
+
+    # ---- data channel ----
+
+    def _send(self, message: dict[str, Any]) -> None:
+        text = json.dumps(message, separators=(",", ":"))
+        if self._channel is not None and self._channel.readyState == "open":
+            self._channel.send(text)
+        elif self._channel is None:
+            self._early.append(text)
+
+    def _forward_event(self, event: ServerEvent) -> None:
+        if isinstance(event, ErrorEvent):
+            ERRORS.labels(code=event.code).inc()
+        self._send(event.to_dict())
+
+    def _forward_state(self, state: str) -> None:
+        self._send({"type": "agent.state", "state": state})
+
+    def _send_error(self, exc: ProtocolError) -> None:
+        self._forward_event(ErrorEvent.from_exception(exc))
+
+    def _on_page_message(self, message: str | bytes) -> None:
+        try:
+            if len(message) > _MAX_PAGE_MESSAGE:
+                raise ProtocolError("message_too_large", f"data channel messages are limited to {_MAX_PAGE_MESSAGE} bytes")
+            event = decode_client_event(message)
+            if isinstance(event, SessionUpdate):
+                self.audio.update_session(event.session)
+            elif isinstance(event, InputDtmf):
+                self.conversation.send(event)
+            else:
+                raise ProtocolError("unsupported_event", f"{event.type} is not accepted on the data channel", event_id=event.event_id)
+        except ProtocolError as exc:
+            self._send_error(exc)
+
+    async def _send_metrics(self) -> None:
+        last: dict[str, Any] | None = None
+        while True:
+            await asyncio.sleep(METRICS_INTERVAL_S)
+            message = self.audio.figures_message()
+            if message != last:
+                self._send(message)
+                last = message

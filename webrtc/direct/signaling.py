@@ -1,0 +1,222 @@
+"""HTTP signaling for direct browser peers: ``POST``/``PATCH /api/offer``.
+
+POST takes ``{"sdp", "type": "offer", "pc_id"?}`` and answers
+``{"sdp", "type": "answer", "pc_id"}``; a known ``pc_id`` renegotiates that
+peer. PATCH takes ``{"pc_id", "candidates": [{"candidate", "sdp_mid",
+"sdp_mline_index"}]}`` for clients that trickle ICE. Bad requests get a 4xx
+with ``{"error": {"code", "message"}}``; a full backend gets 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any
+
+from aiohttp import web
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.sdp import SessionDescription, candidate_from_sdp
+
+from duplex_agent.agent.metrics import SESSIONS_TOTAL
+from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
+from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.peer_session import TRANSPORT, PeerSession
+
+logger = logging.getLogger("duplex_agent.webrtc")
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_CANDIDATES = 64
+
+
+class SignalingError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+    def response(self) -> web.Response:
+        return web.json_response({"error": {"code": self.code, "message": str(self)}}, status=self.status)
+
+
+class PeerRegistry:
+    """The live peer sessions of one app, and the tasks closing them."""
+
+    def __init__(self, backend: DuplexBackend, host_address: str, audio_options: dict[str, Any]) -> None:
+        self.backend = backend
+        self.host_address = host_address
+        self.audio_options = audio_options
+        self.sessions: dict[str, PeerSession] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def open(self) -> PeerSession:
+        try:
+            conversation = await self.backend.open()
+        except AdmissionError as exc:
+            raise SignalingError(503, exc.code, str(exc)) from None
+        pc_id = uuid.uuid4().hex
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no STUN traffic
+        session = PeerSession(pc_id, pc, conversation, on_finished=self.finish, **self.audio_options)
+        self.sessions[pc_id] = session
+        SESSIONS_TOTAL.labels(transport=TRANSPORT).inc()
+        try:
+            await session.start()
+        except BaseException:
+            await self._close(session, "start_failed")
+            raise
+        return session
+
+    def finish(self, session: PeerSession, reason: str) -> None:
+        if self.sessions.get(session.pc_id) is not session:
+            return
+        task = asyncio.create_task(self._close(session, reason), name=f"peer-{session.pc_id}-close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close(self, session: PeerSession, reason: str) -> None:
+        self.sessions.pop(session.pc_id, None)
+        try:
+            await session.close(reason)
+        except Exception:
+            logger.exception("closing peer %s failed", session.pc_id)
+
+    async def close_all(self, _app: web.Application | None = None) -> None:
+        for session in list(self.sessions.values()):
+            self.finish(session, "shutdown")
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+WEBRTC_PEERS = web.AppKey("webrtc_peers", PeerRegistry)
+
+
+# ---- request parsing ----
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    body = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise SignalingError(400, "invalid_json", "body is not JSON") from None
+    if not isinstance(data, dict):
+        raise SignalingError(400, "invalid_json", "body must be a JSON object")
+    return data
+
+
+def _field(data: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = True) -> Any:
+    value = data.get(name)
+    if value is None and not required:
+        return None
+    if value is None:
+        raise SignalingError(400, "missing_field", f"missing field {name!r}")
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise SignalingError(400, "invalid_field", f"field {name!r} has the wrong type")
+    return value
+
+
+def _check_offer_sdp(sdp: str) -> None:
+    """Reject what is not an SDP offer with an audio section before any work is done."""
+    if not sdp.startswith("v=0"):
+        raise SignalingError(400, "malformed_sdp", "SDP must start with 'v=0'")
+    try:
+        parsed = SessionDescription.parse(sdp)
+    except Exception as exc:  # the parser raises assorted errors on bad input
+        raise SignalingError(400, "malformed_sdp", f"SDP does not parse: {exc!r}") from None
+    if not parsed.media:
+        raise SignalingError(400, "malformed_sdp", "SDP has no media sections")
+    if not any(media.kind == "audio" for media in parsed.media):
+        raise SignalingError(400, "no_audio", "the offer has no audio section")
+
+
+def _session(request: web.Request, pc_id: str) -> PeerSession:
+    session = request.app[WEBRTC_PEERS].sessions.get(pc_id)
+    if session is None:
+        raise SignalingError(404, "unknown_pc_id", f"no peer connection {pc_id!r}")
+    return session
+
+
+# ---- handlers ----
+
+
+async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new: bool) -> web.Response:
+    pc = session.pc
+    try:
+        with candidates_on(registry.host_address):
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+            await pc.setLocalDescription(await pc.createAnswer())
+    except Exception as exc:  # aiortc rejects bad offers with assorted exception types
+        if new:
+            registry.finish(session, "bad_offer")
+        raise SignalingError(400, "malformed_sdp", f"offer rejected: {exc!r}") from None
+    local = pc.localDescription
+    return web.json_response({"sdp": local.sdp, "type": local.type, "pc_id": session.pc_id})
+
+
+async def post_offer(request: web.Request) -> web.Response:
+    registry = request.app[WEBRTC_PEERS]
+    try:
+        data = await _read_json(request)
+        sdp = _field(data, "sdp", str)
+        if _field(data, "type", str) != "offer":
+            raise SignalingError(400, "invalid_field", "type must be 'offer'")
+        pc_id = _field(data, "pc_id", str, required=False)
+        _check_offer_sdp(sdp)
+        if pc_id is not None:
+            return await _answer(registry, _session(request, pc_id), sdp, new=False)
+        return await _answer(registry, await registry.open(), sdp, new=True)
+    except SignalingError as exc:
+        return exc.response()
+
+
+async def patch_offer(request: web.Request) -> web.Response:
+    try:
+        data = await _read_json(request)
+        pc_id = _field(data, "pc_id", str)
+        candidates = _field(data, "candidates", list)
+        if len(candidates) > MAX_CANDIDATES:
+            raise SignalingError(400, "invalid_field", f"at most {MAX_CANDIDATES} candidates per request")
+        session = _session(request, pc_id)
+        for entry in candidates:
+            if not isinstance(entry, dict):
+                raise SignalingError(400, "invalid_field", "each candidate must be an object")
+            text = _field(entry, "candidate", str)
+            sdp_mid = _field(entry, "sdp_mid", str, required=False)
+            sdp_mline_index = _field(entry, "sdp_mline_index", int, required=False)
+            if not text:  # end of candidates
+                await session.pc.addIceCandidate(None)
+                continue
+            try:
+                candidate = candidate_from_sdp(text.removeprefix("candidate:"))
+            except (AssertionError, ValueError, IndexError) as exc:
+                raise SignalingError(400, "invalid_candidate", f"candidate does not parse: {exc!r}") from None
+            candidate.sdpMid = sdp_mid
+            candidate.sdpMLineIndex = sdp_mline_index
+            try:
+                await session.pc.addIceCandidate(candidate)
+            except ValueError as exc:
+                raise SignalingError(400, "invalid_candidate", str(exc)) from None
+        return web.Response(status=204)
+    except SignalingError as exc:
+        return exc.response()
+
+
+def register_webrtc_routes(
+    app: web.Application, backend: DuplexBackend, *, host_address: str, **audio_options: Any
+) -> PeerRegistry:
+    """Add the signaling routes and a shutdown hook closing every peer.
+
+    ``host_address`` is the local non-loopback address offered to ICE;
+    ``audio_options`` go to each call's CallAudioPath (overlap_policy, ...).
+    """
+    registry = PeerRegistry(backend, host_address, audio_options)
+    app[WEBRTC_PEERS] = registry
+    app.router.add_post("/api/offer", post_offer)
+    app.router.add_patch("/api/offer", patch_offer)
+    app.on_shutdown.append(registry.close_all)
+    return registry

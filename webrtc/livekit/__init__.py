@@ -1,0 +1,1 @@
+"""LiveKit rooms: serving a room's callers, and room tokens."""

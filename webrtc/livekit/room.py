@@ -1,0 +1,297 @@
+"""LiveKit room I/O: one duplex conversation with the room's caller.
+
+The caller is the participant named in the job's metadata, else the first
+standard or SIP participant to publish a microphone; when they leave, the next
+one. Only the caller's microphone is subscribed. The agent speaks through one
+audio track fed from the shared ``CallAudioPath`` playout, with a short
+AudioSource queue that is emptied at once on barge-in. Transcripts of both
+sides go out on ``lk.transcription`` text streams; the agent's state is the
+``lk.agent.state`` attribute; SIP DTMF digits reach the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from livekit import rtc
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+
+log = logging.getLogger("duplex_agent.livekit")
+
+SAMPLE_RATE = 48000
+FRAME_SAMPLES = 960
+#: The AudioSource's own queue: short, since barge-in empties it anyway.
+SOURCE_QUEUE_MS = 60
+TRANSCRIPTION_TOPIC = "lk.transcription"
+CALLER_KINDS = (rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_SIP)
+
+
+def preferred_caller(job_metadata: str) -> str | None:
+    """The caller a dispatch names: metadata ``{"caller": identity}`` or a bare identity."""
+    text = (job_metadata or "").strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict) and isinstance(data.get("caller"), str):
+        return data["caller"]
+    return None
+
+
+def microphone_of(participant: rtc.RemoteParticipant) -> rtc.RemoteTrackPublication | None:
+    for publication in participant.track_publications.values():
+        if publication.kind == rtc.TrackKind.KIND_AUDIO and publication.source == rtc.TrackSource.SOURCE_MICROPHONE:
+            return publication
+    return None
+
+
+class LiveKitRoomCall:
+    """Serves the callers of one room, one at a time, until the room closes."""
+
+    def __init__(self, room: rtc.Room, backend: DuplexBackend, *, caller_identity: str | None = None,
+                 overlap_policy: str = "barge_in") -> None:
+        self.room = room
+        self.backend = backend
+        self.wanted_identity = caller_identity
+        self.overlap_policy = overlap_policy
+        self.source = rtc.AudioSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
+        self.caller: rtc.RemoteParticipant | None = None
+        self.conversation: Conversation | None = None
+        self.path: CallAudioPath | None = None
+        self.sessions_served = 0
+        self._caller_changed = asyncio.Event()
+        self._room_closed = asyncio.Event()
+        #: Room writes (attributes, transcript streams) happen one after another, in order.
+        self._room_writes: asyncio.Queue[Callable[[], Awaitable[Any]]] = asyncio.Queue()
+        self._writer_task: asyncio.Task[None] | None = None
+        self._call_tasks: list[asyncio.Task[Any]] = []
+        self._agent_segment: tuple[str, rtc.TextStreamWriter] | None = None
+        self._published = False
+        self._conversation_open = False
+
+    # ---- lifecycle ----
+
+    async def run(self) -> None:
+        track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source)
+        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+        await self.room.local_participant.publish_track(track, options)
+        self._published = True
+        self._writer_task = asyncio.create_task(self._write_to_room(), name="livekit-room-writes")
+        self.room.on("track_published", self._on_track_published)
+        self.room.on("participant_disconnected", self._on_participant_disconnected)
+        self.room.on("sip_dtmf_received", self._on_dtmf)
+        self.room.on("disconnected", lambda *_: self._room_closed.set())
+        self._set_state("listening")
+        try:
+            while not self._room_closed.is_set():
+                caller = self._choose_caller()
+                if caller is None:
+                    await self._wait(self._caller_changed)
+                    continue
+                await self._serve(caller)
+        finally:
+            await self._end_call("room_closed")
+            if self._writer_task is not None:
+                self._writer_task.cancel()
+                await asyncio.gather(self._writer_task, return_exceptions=True)
+
+    async def _wait(self, event: asyncio.Event) -> None:
+        event.clear()
+        closed = asyncio.ensure_future(self._room_closed.wait())
+        changed = asyncio.ensure_future(event.wait())
+        await asyncio.wait({closed, changed}, return_when=asyncio.FIRST_COMPLETED)
+        for future in (closed, changed):
+            future.cancel()
+
+    def _choose_caller(self) -> rtc.RemoteParticipant | None:
+        candidates = [
+            participant for participant in self.room.remote_participants.values()
+            if participant.kind in CALLER_KINDS and microphone_of(participant) is not None
+        ]
+        for participant in candidates:
+            if participant.identity == self.wanted_identity:
+                return participant
+        return candidates[0] if candidates else None
+
+    # ---- one caller ----
+
+    async def _serve(self, caller: rtc.RemoteParticipant) -> None:
+        publication = microphone_of(caller)
+        assert publication is not None
+        try:
+            self.conversation = await self.backend.open()
+        except AdmissionError as exc:
+            log.warning("cannot serve %s: %s", caller.identity, exc)
+            await self._wait(self._caller_changed)
+            return
+        self.caller = caller
+        self.sessions_served += 1
+        log.info("serving %s (%s) in room %s", caller.identity, rtc.ParticipantKind.Name(caller.kind), self.room.name)
+        self.path = CallAudioPath(
+            self.conversation, overlap_policy=self.overlap_policy, on_event=self._on_event,
+            on_state=self._set_state, on_playout_cleared=self.source.clear_queue,
+            on_closed=self._on_conversation_closed,
+            on_cut_short=self._on_cut_short,
+        )
+        self._conversation_open = True
+        await self.path.start()
+        publication.set_subscribed(True)
+        self._call_tasks = [
+            asyncio.create_task(self._read_caller(publication), name="livekit-caller-audio"),
+            asyncio.create_task(self._speak(), name="livekit-agent-voice"),
+        ]
+        await self._wait(self._caller_changed)
+        while not self._room_closed.is_set() and self._caller_present():
+            await self._wait(self._caller_changed)
+        await self._end_call("caller_left")
+
+    def _caller_present(self) -> bool:
+        caller = self.caller
+        return caller is not None and caller.identity in self.room.remote_participants \
+            and microphone_of(caller) is not None and self._conversation_open \
+            and not any(task.done() for task in self._call_tasks)
+
+    def _on_conversation_closed(self) -> None:
+        self._conversation_open = False
+        self._caller_changed.set()
+
+    async def _end_call(self, reason: str) -> None:
+        for task in self._call_tasks:
+            task.cancel()
+        await asyncio.gather(*self._call_tasks, return_exceptions=True)
+        self._call_tasks = []
+        if self.path is not None:
+            log.info("call figures: %s", self.path.figures_message())
+            await self.path.close()
+            self.path = None
+        if self.conversation is not None:
+            await self.conversation.close(reason)
+            self.conversation = None
+        self._later(self._close_agent_segment)
+        self.caller = None
+        self.source.clear_queue()
+        if self._published and not self._room_closed.is_set():
+            self._set_state("listening")
+
+    async def _read_caller(self, publication: rtc.RemoteTrackPublication) -> None:
+        while publication.track is None:
+            await asyncio.sleep(0.02)
+        stream = rtc.AudioStream(publication.track, sample_rate=SAMPLE_RATE, num_channels=1)
+        try:
+            async for event in stream:
+                frame = event.frame
+                samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) / 32768.0
+                if self.path is not None:
+                    self.path.push_caller_frame(samples, frame.sample_rate)
+        finally:
+            await stream.aclose()
+
+    async def _speak(self) -> None:
+        """Feed the track 20 ms at a time; the source's short queue paces this loop."""
+        while self.path is not None:
+            pcm = self.path.next_frame()
+            frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
+            await self.source.capture_frame(frame)
+
+    # ---- room events ----
+
+    def _on_track_published(self, publication: rtc.RemoteTrackPublication, participant: rtc.RemoteParticipant) -> None:
+        if publication.source == rtc.TrackSource.SOURCE_MICROPHONE:
+            self._caller_changed.set()
+
+    def _on_participant_disconnected(self, participant: rtc.RemoteParticipant) -> None:
+        if self.caller is not None and participant.identity == self.caller.identity:
+            log.info("caller %s left", participant.identity)
+        self._caller_changed.set()
+
+    def _on_dtmf(self, dtmf: rtc.SipDTMF) -> None:
+        if self.conversation is None or self.caller is None:
+            return
+        if dtmf.participant is not None and dtmf.participant.identity != self.caller.identity:
+            return
+        self.conversation.send(p.InputDtmf(digit=dtmf.digit))
+
+    # ---- transcripts and state ----
+
+    def _set_state(self, state: str) -> None:
+        if self._published and self.room.isconnected():
+            self._later(lambda: self.room.local_participant.set_attributes({"lk.agent.state": state}))
+
+    def _on_event(self, event: p.ServerEvent) -> None:
+        if isinstance(event, p.InputTranscriptionCompleted) and self.caller is not None:
+            caller = self.caller
+            self._later(lambda: self._send_user_transcript(caller, event.transcript))
+        elif isinstance(event, p.ResponseTranscriptDelta):
+            self._later(lambda: self._agent_transcript(event.response_id, event.delta))
+        elif isinstance(event, p.ResponseTranscriptDone):
+            self._later(lambda: self._agent_transcript(event.response_id, None, final=event.transcript))
+        elif isinstance(event, p.ResponseDone) and event.status != "completed":
+            self._later(self._close_agent_segment)
+        elif isinstance(event, p.DtmfReceived):
+            log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
+
+    def _on_cut_short(self, response_id: str, heard: str) -> None:
+        """The caller heard only part of a reply: its final transcript says just that part."""
+        self._later(lambda: self._agent_transcript(response_id, None, final=heard))
+
+    async def _send_user_transcript(self, caller: rtc.RemoteParticipant, text: str) -> None:
+        if not text:
+            return
+        attributes = {"lk.segment_id": f"SG_{uuid.uuid4().hex[:12]}", "lk.transcription_final": "true"}
+        microphone = microphone_of(caller)
+        if microphone is not None:
+            attributes["lk.transcribed_track_id"] = microphone.sid
+        writer = await self.room.local_participant.stream_text(
+            topic=TRANSCRIPTION_TOPIC, attributes=attributes, sender_identity=caller.identity)
+        await writer.write(text)
+        await writer.aclose()
+
+    async def _agent_transcript(self, response_id: str, delta: str | None, *, final: str | None = None) -> None:
+        """Interim text on one stream per response, then the final text on its own stream
+        (sent again, shorter, when the caller turned out to hear only part of it)."""
+        if delta:
+            if self._agent_segment is None or self._agent_segment[0] != response_id:
+                await self._close_agent_segment()
+                writer = await self.room.local_participant.stream_text(
+                    topic=TRANSCRIPTION_TOPIC, attributes=self._agent_attributes(response_id, final=False))
+                self._agent_segment = (response_id, writer)
+            await self._agent_segment[1].write(delta)
+        if final is not None:
+            if self._agent_segment is not None and self._agent_segment[0] == response_id:
+                await self._close_agent_segment()
+            await self.room.local_participant.send_text(
+                final.strip(), topic=TRANSCRIPTION_TOPIC, attributes=self._agent_attributes(response_id, final=True))
+
+    def _agent_attributes(self, response_id: str, *, final: bool) -> dict[str, str]:
+        attributes = {"lk.segment_id": response_id, "lk.transcription_final": "true" if final else "false"}
+        for publication in self.room.local_participant.track_publications.values():
+            attributes["lk.transcribed_track_id"] = publication.sid
+        return attributes
+
+    async def _close_agent_segment(self) -> None:
+        if self._agent_segment is not None:
+            _, writer = self._agent_segment
+            self._agent_segment = None
+            await writer.aclose()
+
+    def _later(self, write: Callable[[], Awaitable[Any]]) -> None:
+        self._room_writes.put_nowait(write)
+
+    async def _write_to_room(self) -> None:
+        while True:
+            write = await self._room_writes.get()
+            try:
+                await write()
+            except Exception as exc:  # a failed write (room closing) must not stop the next ones
+                log.warning("room write failed: %s", exc)

@@ -1,0 +1,377 @@
+"""One call's audio between a transport and a duplex conversation.
+
+Transport-neutral: the aiortc peer and the LiveKit room both feed caller frames
+in with ``push_caller_frame`` and pull paced 20 ms frames out with ``next_frame``.
+
+Caller side: resample to the model's input rate and append; run an edge onset
+detector, and on caller speech over agent audio (overlap policy "barge_in")
+clear the playout at once, cancel the response and acknowledge what was heard.
+Agent side: decode audio deltas, resample to 48 kHz, queue for playout; ack a
+response's played duration when it has gone out; pass other events on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from duplex_agent.agent.metrics import BARGE_IN_LATENCY_MS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
+from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.protocol.audio import StreamingResampler, decode_pcm, encode_base64_f32
+from duplex_agent.agent.protocol.events import (
+    InputAudioBufferAppend,
+    OutputAudioBufferCleared,
+    PlaybackAck,
+    ProtocolError,
+    ResponseAudioDelta,
+    ResponseAudioDone,
+    ResponseCancel,
+    ResponseCreated,
+    ResponseDone,
+    ServerEvent,
+    SessionUpdate,
+    SpeechStarted,
+    SpeechStopped,
+)
+from duplex_agent.agent.session.ledger import TextMark, text_heard_by
+from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.webrtc.media.latency import LatencyFigures
+from duplex_agent.webrtc.media.onset import CallerOnsetDetector
+from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlayoutQueue, ResponsePlayed
+
+logger = logging.getLogger("duplex_agent.webrtc")
+
+OVERLAP_POLICIES = ("barge_in", "listen")
+#: soxr quality for both directions. soxr releases output in blocks: "LQ" holds back
+#: 0-20 ms (11 ms on average) of 20 ms chunks between 16 and 48 kHz, ~1 ms from 22.05
+#: kHz; "HQ" holds back 20-33 ms. LQ keeps an anti-aliasing filter, which ASR wants.
+RESAMPLE_QUALITY = "LQ"
+#: session.update fields a page may set over the data channel, with their types.
+PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
+    "instructions": (str,),
+    "voice": (str, type(None)),
+    "overlap_policy": (str,),
+}
+#: What the agent is doing, as the page shows it.
+AGENT_STATES = ("listening", "thinking", "speaking")
+
+EventCallback = Callable[[ServerEvent], None]
+StateCallback = Callable[[str], None]
+
+
+def validate_page_session(settings: Any) -> dict[str, Any]:
+    """The page's session settings, checked; ProtocolError naming the first bad field."""
+    if not isinstance(settings, dict):
+        raise ProtocolError("invalid_field", "session must be an object")
+    for key, value in settings.items():
+        expected = PAGE_SESSION_FIELDS.get(key)
+        if expected is None:
+            raise ProtocolError("unknown_session_field", f"session field {key!r} cannot be set from the page")
+        if not isinstance(value, expected):
+            raise ProtocolError("invalid_field", f"session field {key!r} has the wrong type")
+    if settings.get("overlap_policy", "barge_in") not in OVERLAP_POLICIES:
+        raise ProtocolError("invalid_field", f"overlap_policy must be one of {list(OVERLAP_POLICIES)}")
+    return dict(settings)
+
+
+class CallAudioPath:
+    def __init__(
+        self,
+        conversation: Conversation,
+        *,
+        overlap_policy: str = "barge_in",
+        turn_detection: dict[str, Any] | None = None,
+        vad_model: SileroVadModel | None = None,
+        onset_min_speech_ms: int = 32,  # one Silero window: ~60-80 ms onset-to-silence over aiortc
+        append_ms: float = 10.0,  # smallest append; a 20 ms caller frame goes out at once
+        on_event: EventCallback | None = None,
+        on_state: StateCallback | None = None,
+        on_closed: Callable[[], None] | None = None,
+        on_playout_cleared: Callable[[], None] | None = None,
+        on_cut_short: Callable[[str, str], None] | None = None,
+    ) -> None:
+        if overlap_policy not in OVERLAP_POLICIES:
+            raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
+        self._conversation = conversation
+        self._caps = conversation.capabilities
+        self.overlap_policy = overlap_policy
+        self._turn_detection = turn_detection if turn_detection is not None else {"type": "server_vad"}
+        self._vad_model = vad_model
+        self._onset_min_speech_ms = onset_min_speech_ms
+        self._onset: CallerOnsetDetector | None = None
+        self._on_event = on_event
+        self._on_state = on_state
+        self._on_closed = on_closed
+        # A transport with its own output queue (LiveKit's AudioSource) empties it here.
+        self._on_playout_cleared = on_playout_cleared
+        # (response id, the words the caller heard) for a reply cut short, once its ack is out.
+        self._on_cut_short = on_cut_short
+
+        self.playout = PlayoutQueue()
+        self.figures = LatencyFigures()
+        self._events_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+        # caller -> model
+        self._input_resampler: StreamingResampler | None = None
+        self._append_samples = max(1, round(append_ms * self._caps.input_sample_rate / 1000.0))
+        self._pending_input: list[np.ndarray] = []
+        self._pending_samples = 0
+        self._input_received_ms = 0.0  # caller audio pushed so far
+        self._input_sent_ms = 0.0  # model-rate audio appended so far
+
+        # model -> caller
+        self._output_resamplers: dict[str, StreamingResampler] = {}
+        self._first_delta_at: dict[str, float] = {}  # response -> when its first delta arrived
+        self._dropped_responses: set[str] = set()  # cleared or cancelled: late deltas are dropped
+        self._acked: set[str] = set()
+        self._marks: dict[str, list[TextMark]] = {}  # response -> which words span which audio
+        self._underruns_seen = 0
+
+        # measurements in flight (perf_counter seconds)
+        self._barge_in_onset_at: float | None = None
+        self._speech_stopped_at: float | None = None
+        self.barge_ins = 0
+        self.state = "listening"
+
+    # ---- lifecycle ----
+
+    async def start(self) -> None:
+        """Load the VAD (off the loop), configure the session, start consuming events."""
+        if self._vad_model is None:
+            self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
+        self._onset = CallerOnsetDetector(self._vad_model, min_speech_ms=self._onset_min_speech_ms)
+        self._conversation.send(
+            SessionUpdate(
+                session={
+                    "input_audio_format": "pcm_f32le",
+                    "input_sample_rate": self._caps.input_sample_rate,
+                    "turn_detection": self._turn_detection,
+                    "overlap_policy": self.overlap_policy,
+                }
+            )
+        )
+        self._events_task = asyncio.create_task(self._consume_events(), name="call-audio-events")
+
+    async def close(self) -> None:
+        """Stop consuming events; the conversation itself belongs to the caller."""
+        self._closed = True
+        if self._events_task is not None:
+            self._events_task.cancel()
+            try:
+                await self._events_task
+            except asyncio.CancelledError:
+                pass
+            self._events_task = None
+        self.playout.clear()
+
+    def update_session(self, settings: Any) -> None:
+        """Apply the page's session settings (a session.update subset); ProtocolError when bad."""
+        settings = validate_page_session(settings)
+        if "overlap_policy" in settings:
+            self.overlap_policy = settings["overlap_policy"]
+        if settings:
+            self._conversation.send(SessionUpdate(session=settings))
+
+    # ---- caller -> model ----
+
+    def push_caller_frame(self, samples: np.ndarray, sample_rate: int) -> None:
+        """Mono float32 caller audio at any rate (typically 20 ms at 48 kHz)."""
+        if self._closed or self._onset is None:
+            return
+        arrived_at = time.perf_counter()
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        onset_at = self._onset.push(samples, sample_rate, arrived_at)
+        if onset_at is not None and self._barges_in() and self.playout.playing:
+            self._barge_in(onset_at)
+
+        if self._input_resampler is None or self._input_resampler.in_rate != sample_rate:
+            self._input_resampler = StreamingResampler(sample_rate, self._caps.input_sample_rate, quality=RESAMPLE_QUALITY)
+        self._input_received_ms += 1000.0 * samples.size / sample_rate
+        resampled = self._input_resampler.process(samples)
+        if resampled.size:
+            self._pending_input.append(resampled)
+            self._pending_samples += resampled.size
+        if self._pending_samples >= self._append_samples:
+            chunk = np.concatenate(self._pending_input)
+            self._pending_input.clear()
+            self._pending_samples = 0
+            self._conversation.send(InputAudioBufferAppend(audio=encode_base64_f32(chunk)))
+            self._input_sent_ms += 1000.0 * chunk.size / self._caps.input_sample_rate
+            # Work time plus caller audio received but not yet handed on (resampler, chunking).
+            held_ms = max(0.0, self._input_received_ms - self._input_sent_ms)
+            self.figures.record("input_added_ms", 1000.0 * (time.perf_counter() - arrived_at) + held_ms)
+
+    def _barges_in(self) -> bool:
+        return self.overlap_policy == "barge_in" and self._caps.supports_barge_in
+
+    def _barge_in(self, onset_at: float) -> None:
+        """Silence now, then cancel, then tell the model what the caller heard."""
+        current = self.playout.current_response_id
+        cleared = self.playout.clear()
+        self._playout_cleared()
+        self._barge_in_onset_at = onset_at
+        self.barge_ins += 1
+        responses = cleared.response_ids
+        if current is not None and current not in responses:
+            responses.insert(0, current)
+        self._dropped_responses.update(responses)
+        for response_id in responses:
+            self._output_resamplers.pop(response_id, None)
+            self._first_delta_at.pop(response_id, None)
+        if current is not None:
+            self._conversation.send(ResponseCancel(response_id=current, reason="barge_in"))
+        for response_id in responses:
+            self._ack(response_id)
+        self._set_state("listening")
+
+    # ---- model -> caller ----
+
+    async def _consume_events(self) -> None:
+        try:
+            async for event in self._conversation.events():
+                try:
+                    self._handle_event(event)
+                except ProtocolError as exc:
+                    logger.warning("dropping bad %s from the conversation: %s", event.type, exc)
+        except Exception:
+            logger.exception("conversation event stream failed")
+        if self._on_closed is not None:
+            self._on_closed()
+
+    def _handle_event(self, event: ServerEvent) -> None:
+        if isinstance(event, ResponseAudioDelta):
+            self._queue_audio(event)
+            return
+        if isinstance(event, ResponseAudioDone):
+            self._finish_response(event.response_id)
+        elif isinstance(event, ResponseDone):
+            if event.status == "cancelled":
+                self._drop_response(event.response_id)
+            else:
+                self._finish_response(event.response_id)
+            if self.state == "thinking" and not self.playout.playing:
+                self._set_state("listening")
+        elif isinstance(event, OutputAudioBufferCleared):
+            if event.response_id is None:
+                for response_id in self.playout.clear().response_ids:
+                    self._dropped_responses.add(response_id)
+                    self._ack(response_id)
+                self._playout_cleared()
+            else:
+                self._drop_response(event.response_id)
+            self._set_state("listening")
+        elif isinstance(event, SpeechStopped):
+            self._speech_stopped_at = time.perf_counter()
+            if not self.playout.playing:
+                self._set_state("thinking")
+        elif isinstance(event, SpeechStarted):
+            if not self.playout.playing:
+                self._set_state("listening")
+        elif isinstance(event, ResponseCreated):
+            if not self.playout.playing:
+                self._set_state("thinking")
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _queue_audio(self, event: ResponseAudioDelta) -> None:
+        received_at = time.perf_counter()
+        rid = event.response_id
+        if rid in self._dropped_responses:
+            return
+        try:
+            raw = base64.b64decode(event.delta, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError("invalid_audio_base64", "audio delta is not valid base64") from None
+        samples = decode_pcm(raw, "pcm16")
+        resampler = self._output_resamplers.get(rid)
+        if resampler is None or resampler.in_rate != event.sample_rate:
+            resampler = self._output_resamplers[rid] = StreamingResampler(event.sample_rate, SAMPLE_RATE, quality=RESAMPLE_QUALITY)
+        first_at = self._first_delta_at.setdefault(rid, received_at)
+        self._marks.setdefault(rid, []).extend(
+            TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"])) for m in event.marks)
+        self.playout.push(resampler.process(samples), rid, tag=first_at)
+
+    def _finish_response(self, response_id: str) -> None:
+        self._first_delta_at.pop(response_id, None)
+        resampler = self._output_resamplers.pop(response_id, None)
+        if resampler is not None and response_id not in self._dropped_responses:
+            self.playout.push(resampler.flush(), response_id)
+        self.playout.finish(response_id)
+
+    def _drop_response(self, response_id: str) -> None:
+        self._first_delta_at.pop(response_id, None)
+        self._output_resamplers.pop(response_id, None)
+        self._dropped_responses.add(response_id)
+        if self.playout.drop_response(response_id):
+            self._playout_cleared()
+        self._ack(response_id)
+
+    def _playout_cleared(self) -> None:
+        if self._on_playout_cleared is not None:
+            self._on_playout_cleared()
+
+    def _ack(self, response_id: str) -> None:
+        if response_id in self._acked:
+            return
+        self._acked.add(response_id)
+        played_ms = self.playout.played_ms(response_id)
+        self._conversation.send(PlaybackAck(response_id=response_id, played_ms=played_ms))
+        marks = self._marks.pop(response_id, [])
+        if response_id in self._dropped_responses and marks and self._on_cut_short is not None:
+            self._on_cut_short(response_id, text_heard_by(marks, played_ms))
+
+    # ---- pacing side ----
+
+    def next_frame(self) -> np.ndarray:
+        """The next 20 ms for the caller (int16, 960 samples at 48 kHz)."""
+        frame = self.playout.next_frame()
+        now = time.perf_counter()
+        if self._barge_in_onset_at is not None:
+            ms = 1000.0 * (now - self._barge_in_onset_at)
+            self._barge_in_onset_at = None
+            self.figures.record("barge_in_ms", ms)
+            BARGE_IN_LATENCY_MS.observe(ms)
+            logger.info("barge-in: silent %.1f ms after the caller's speech onset", ms)
+        for progress in self.playout.take_progress():
+            if isinstance(progress, ChunkStarted) and progress.first_of_response:
+                if progress.tag is not None:
+                    self.figures.record("output_added_ms", 1000.0 * (now - progress.tag))
+                if self._speech_stopped_at is not None:
+                    ms = 1000.0 * (now - self._speech_stopped_at)
+                    self._speech_stopped_at = None
+                    self.figures.record("turn_ms", ms)
+                    TURN_LATENCY_MS.observe(ms)
+                self._set_state("speaking")
+            elif isinstance(progress, ResponsePlayed):
+                self._ack(progress.response_id)
+        if self.state == "speaking" and not self.playout.playing:
+            self._set_state("listening")
+        if self.playout.underruns > self._underruns_seen:
+            PLAYOUT_UNDERRUNS.inc(self.playout.underruns - self._underruns_seen)
+            self._underruns_seen = self.playout.underruns
+        return frame
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        if self._on_state is not None:
+            self._on_state(state)
+
+    def figures_message(self) -> dict[str, Any]:
+        """The ``metrics`` message for the page."""
+        return {
+            "type": "metrics",
+            "latency": self.figures.snapshot(),
+            "barge_ins": self.barge_ins,
+            "underruns": self.playout.underruns,
+            "queued_ms": round(self.playout.queued_ms, 1),
+        }
