@@ -323,7 +323,7 @@ class DirectResult:
 
 
 async def direct_path(trials: int, seed: int = 7) -> DirectResult:
-    from tests.speech import speak
+    from devtools.speech import speak
 
     rng = random.Random(seed)
     vad = await asyncio.to_thread(SileroVadModel.shared)
@@ -434,11 +434,11 @@ async def _callers_done(proc: asyncio.subprocess.Process, timeout: float) -> dic
 async def cpu_per_session(peer_counts: list[int], window_s: float) -> tuple[float, list[CpuRound]]:
     from aiohttp import web
 
+    from devtools.speech import speak
     from duplex_agent.agent.app.server import build_app
     from duplex_agent.agent.app.settings import Settings
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
     from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
-    from tests.speech import speak
 
     address = interface_ipv4()
     vad = await asyncio.to_thread(SileroVadModel.shared)

@@ -419,7 +419,7 @@ def load_speech(path: str = "") -> dict[str, np.ndarray]:
             speech = {text: stored[f"q{i}"].astype(np.float32) for i, text in enumerate(QUESTIONS)}
             speech.update({text: stored[f"i{i}"].astype(np.float32) for i, text in enumerate(INTERRUPTIONS)})
         return speech
-    from tests.speech import speak
+    from devtools.speech import speak
 
     speech = {text: speak(text, SAMPLE_RATE) for text in QUESTIONS}
     speech.update({text: speak(text, SAMPLE_RATE) for text in INTERRUPTIONS})

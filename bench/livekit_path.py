@@ -568,7 +568,7 @@ def report(bench: Bench, rounds: list[Round], skipped: list[str]) -> None:
 
 def write_speech(path: str) -> None:
     from bench.livekit_callers import INTERRUPTIONS, QUESTIONS, SAMPLE_RATE
-    from tests.speech import speak
+    from devtools.speech import speak
 
     speech = {f"q{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(QUESTIONS)}
     speech.update({f"i{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(INTERRUPTIONS)})

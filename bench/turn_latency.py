@@ -21,12 +21,12 @@ import numpy as np
 
 from bench import stage_rtf
 from bench.stats import percentile, summary
+from devtools.speech import speak
 from duplex_agent.agent.models.vad import VadSettings
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import encode_base64_f32, encode_wire_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
-from tests.speech import speak
 
 RATE = 16000
 FRAME = 320

@@ -152,7 +152,7 @@ class Caller:
 def _load_speech(path: str | None, text: str) -> np.ndarray:
     if path:
         return np.load(path).astype(np.float32)
-    from tests.speech import speak
+    from devtools.speech import speak
 
     return speak(text, 48000)
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.speech import speak, write_wav
+from devtools.speech import speak, write_wav
 from tests.webrtc.browser import Browser, chromium_missing_reason
 
 pytestmark = pytest.mark.skipif(chromium_missing_reason() is not None, reason=str(chromium_missing_reason()))

@@ -6,9 +6,9 @@ import asyncio
 
 import numpy as np
 
+from devtools.speech import speak, transcribe, words
 from duplex_agent.agent.session.ledger import text_heard_by
 from tests.integration.conftest import Microphone
-from tests.speech import speak, transcribe, words
 from tests.webrtc.client_peer import ClientPeer, wait_for
 
 QUESTION = "Please book a table for two people tonight."

@@ -17,10 +17,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from devtools.speech import speak, write_wav
 from duplex_agent.frontend import livekit_client_path, register_frontend_routes
 from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 from tests.livekit.conftest import AGENT_NAME
-from tests.speech import speak, write_wav
 from tests.webrtc.browser import Browser, chromium_missing_reason
 from tests.webrtc.client_peer import wait_for
 

@@ -7,9 +7,9 @@ import numpy as np
 import soxr
 from livekit.protocol import agent as agent_pb
 
+from devtools.speech import speak, transcribe, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
-from tests.speech import speak, transcribe, words
 from tests.webrtc.client_peer import wait_for
 
 QUESTION = "Please book a table for two people tonight."

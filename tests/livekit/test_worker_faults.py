@@ -9,9 +9,9 @@ import sys
 
 from livekit import rtc
 
+from devtools.speech import speak, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME, REPO
-from tests.speech import speak, words
 from tests.webrtc.client_peer import wait_for
 
 QUESTION = "Please book a table for two people tonight."

@@ -8,11 +8,11 @@ import base64
 import numpy as np
 import pytest
 
+from devtools.speech import speak, transcribe, words
 from duplex_agent.agent.protocol.audio import encode_wire_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from tests.runtime.drivers import RunnerDriver
-from tests.speech import speak, transcribe, words
 
 RATE = 16000
 QUESTION = "Please book a table for two people tonight."

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from devtools.speech import speak, transcribe, words
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
@@ -23,7 +24,6 @@ from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
-from tests.speech import speak, transcribe, words
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "

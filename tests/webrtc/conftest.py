@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import soxr
 
+from devtools.speech import write_wav
 from duplex_agent.agent.models.model_errors import MissingModelError
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
-from tests.speech import write_wav
 
 SPEECH_TEXT = "Hello there. Can you hear me? I would like to ask you something about the weather."
 
