@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import platform
@@ -39,7 +38,7 @@ import numpy as np
 
 from bench.stats import percentile
 from duplex_agent.agent.models.vad import SileroVadModel
-from duplex_agent.agent.protocol.audio import StreamingResampler, encode_wire_audio
+from duplex_agent.agent.protocol.audio import StreamingResampler, as_float32_audio
 from duplex_agent.agent.protocol.events import ClientEvent, InputAudioBufferAppend, ServerEvent
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
@@ -160,7 +159,7 @@ class TimedConversation:
     def send(self, event: ClientEvent) -> None:
         if isinstance(event, InputAudioBufferAppend):
             self.last_append_at = time.perf_counter()
-            samples = len(base64.b64decode(event.audio)) // 4  # pcm_f32le
+            samples = event.audio.size
             self.appended_ms += 1000.0 * samples / self._inner.capabilities.input_sample_rate
         self._inner.send(event)
 
@@ -330,7 +329,7 @@ async def direct_path(trials: int, seed: int = 7) -> DirectResult:
     prompt = speak(PROMPT, 48000, before_ms=300)
     phrases = {text: speak(text, 48000) for text in INTERRUPTIONS}
 
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=long_reply(300), word_ms=100, word_delay_s=0.08))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply=long_reply(300), word_ms=100, word_delay_s=0.08))
     backend = LocalBackend(plugin, plugin.build_local_engine(), vad_model=vad)
     conversation = TimedConversation(await backend.open())
     path = CallAudioPath(conversation, vad_model=vad)
@@ -444,7 +443,7 @@ async def cpu_per_session(peer_counts: list[int], window_s: float) -> tuple[floa
     vad = await asyncio.to_thread(SileroVadModel.shared)
     # Generated at ~1.1x real time: the reply keeps the playout fed as long as this
     # process keeps up, and underruns when it does not.
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=long_reply(400), word_ms=100, word_delay_s=0.09))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply=long_reply(400), word_ms=100, word_delay_s=0.09))
     max_sessions = max(peer_counts) + 4
     backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=max_sessions, vad_model=vad)
     app = build_app(backend, Settings(ice_address=address, max_sessions=max_sessions))

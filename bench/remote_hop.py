@@ -10,7 +10,6 @@ Run: python -m bench.remote_hop [trials]
 from __future__ import annotations
 
 import asyncio
-import base64
 import sys
 import time
 
@@ -21,13 +20,13 @@ from bench.stats import summary
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import Conversation, DuplexBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
-TONE = base64.b64encode((0.3 * np.sin(np.arange(3200) / 4) * 32767).astype("<i2").tobytes()).decode()
+TONE = (0.3 * np.sin(np.arange(3200) / 4)).astype(np.float32)
 
 
 async def trial(conversation: Conversation) -> tuple[float, float]:
@@ -59,7 +58,7 @@ async def measure(backend: DuplexBackend, trials: int) -> tuple[list[float], lis
 
 
 async def main(trials: int) -> None:
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply="one two three four five", word_delay_s=0))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply="one two three four five", word_delay_s=0))
     local = LocalBackend(plugin, plugin.build_local_engine())
     server = TestServer(build_app(local, Settings(), with_webrtc=False), host="127.0.0.1")
     await server.start_server()

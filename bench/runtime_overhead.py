@@ -19,7 +19,7 @@ from bench.stats import summary
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.contract import DuplexAppendPlan
 from duplex_agent.plugins.contract.engine import DuplexEngine, StageOutput
@@ -49,11 +49,11 @@ class NoopEngine(DuplexEngine):
 
 async def append_overhead(n: int = 2000) -> list[float]:
     engine = NoopEngine()
-    plugin = ScriptedPlugin(encode_wire_audio, Script(unit_samples=320))
+    plugin = ScriptedPlugin(as_float32_audio, Script(unit_samples=320))
     backend = LocalBackend(plugin, engine)
     runner = await backend.open()
     runner.send(p.SessionUpdate({"turn_detection": None, "input_sample_rate": 16000}))
-    frame = base64.b64encode((np.random.default_rng(0).standard_normal(320) * 3000).astype("<i2").tobytes()).decode()
+    frame = (np.random.default_rng(0).standard_normal(320) * 0.1).astype(np.float32)
     samples = []
     for i in range(n + 100):
         sent = time.perf_counter()
@@ -66,7 +66,7 @@ async def append_overhead(n: int = 2000) -> list[float]:
 
 
 async def websocket_events_per_second(words: int = 3000) -> tuple[float, int]:
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=" ".join(["word"] * words), word_ms=20))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply=" ".join(["word"] * words), word_ms=20))
     backend = LocalBackend(plugin, plugin.build_local_engine())
     server = TestServer(build_app(backend, Settings(), with_webrtc=False), host="127.0.0.1")
     await server.start_server()
@@ -92,7 +92,7 @@ async def websocket_events_per_second(words: int = 3000) -> tuple[float, int]:
 
 async def main() -> None:
     overhead = await append_overhead()
-    print("runner overhead per append (send -> engine submit, no-op engine, 20 ms pcm16 frames):")
+    print("runner overhead per append (send -> engine submit, no-op engine, 20 ms float32 frames):")
     print("  " + summary(overhead, "us"))
     rate, count = await websocket_events_per_second()
     print(f"events through the realtime websocket: {rate:,.0f} events/s ({count} events, one client, loopback)")

@@ -24,7 +24,7 @@ from bench.stats import percentile, summary
 from devtools.speech import speak
 from duplex_agent.agent.models.vad import VadSettings
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import encode_base64_f32, encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
 
@@ -83,7 +83,7 @@ async def talk(backend: LocalBackend, sentences: list[str], run: SessionRun, *, 
             delay = start + k * FRAME / RATE - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            runner.send(p.InputAudioBufferAppend(encode_base64_f32(audio[i:i + FRAME])))
+            runner.send(p.InputAudioBufferAppend(audio[i:i + FRAME]))
     await asyncio.sleep(1.0)
     await runner.close()
     await reader
@@ -113,7 +113,7 @@ def _ms(values: list[float]) -> list[float]:
 async def main(utterances: int) -> None:
     stage_rtf.main(5)
     print()
-    plugin = ReferencePlugin(encode_wire_audio)
+    plugin = ReferencePlugin(as_float32_audio)
     backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=16)
     sentences = [SENTENCES[i % len(SENTENCES)] for i in range(utterances)]
     for s in set(sentences):

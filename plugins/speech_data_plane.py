@@ -1,7 +1,7 @@
 """A data plane for models whose final stage speaks text: audio chunks with their words.
 
 A final-stage output ``{"audio": float32 samples, "text": str}`` becomes an audio delta
-(base64 at ``sample_rate``, its text as a mark spanning the chunk) and a transcript delta.
+(encoded by the runtime's encoder at ``sample_rate``, its text as a mark spanning the chunk) and a transcript delta.
 """
 
 from __future__ import annotations

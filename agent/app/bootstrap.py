@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from duplex_agent.agent.app.settings import Settings
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.ports import DuplexBackend
 
 log = logging.getLogger("duplex_agent")
@@ -27,7 +27,7 @@ def build_backend(settings: Settings) -> DuplexBackend:
     from duplex_agent.plugins.contract import load_duplex_plugin, validate_duplex_plugin_sampling
 
     log.info("loading plugin %s", settings.plugin_path)
-    plugin = load_duplex_plugin(settings.plugin_path, encode_wire_audio)
+    plugin = load_duplex_plugin(settings.plugin_path, as_float32_audio)
     configure = getattr(plugin, "configure_from_settings", None)
     if configure is not None:
         configure(settings)

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 
@@ -67,7 +68,7 @@ class RealtimeEndpoint:
         if message.type != WSMsgType.TEXT:
             return None
         try:
-            event = self._decode(message.data)
+            event = self._decode(message.data, link)
         except p.ProtocolError as exc:
             await link.send(p.ErrorEvent.from_exception(exc))
             return None
@@ -81,7 +82,7 @@ class RealtimeEndpoint:
         async for message in ws:
             if message.type == WSMsgType.TEXT:
                 try:
-                    conversation.send(self._decode(message.data))
+                    conversation.send(self._decode(message.data, link))
                 except p.ProtocolError as exc:
                     await link.send(p.ErrorEvent.from_exception(exc))
             elif message.type == WSMsgType.BINARY:
@@ -90,10 +91,10 @@ class RealtimeEndpoint:
                 log.info("websocket error: %s", ws.exception())
                 return
 
-    def _decode(self, text: str) -> p.ClientEvent:
+    def _decode(self, text: str, link: _Link) -> p.ClientEvent:
         if len(text) > self.max_frame_bytes:
             raise p.ProtocolError("frame_too_large", f"a frame may carry at most {self.max_frame_bytes} bytes")
-        return p.decode_client_event(text)
+        return codec.decode_client_event(text, audio_format=link.input_format)
 
     async def _pump(self, conversation: Conversation, link: _Link) -> None:
         async for event in conversation.events():
@@ -101,19 +102,24 @@ class RealtimeEndpoint:
 
 
 class _Link:
-    """Sends server events on one websocket, numbering them."""
+    """Sends server events on one websocket, numbering them; knows the session's wire audio formats."""
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self._ws = ws
         self._seq = 0
+        self.input_format = "pcm16"
+        self.output_format = "pcm16"
 
     async def send(self, event: p.ServerEvent) -> None:
         if isinstance(event, p.ErrorEvent):
             metrics.ERRORS.labels(event.code).inc()
         if self._ws.closed:
             return
+        if isinstance(event, p.SessionCreated | p.SessionUpdated):
+            self.input_format = str(event.session.get("input_audio_format", self.input_format))
+            self.output_format = str(event.session.get("output_audio_format", self.output_format))
         self._seq += 1
-        data: dict[str, Any] = event.to_dict()
+        data: dict[str, Any] = codec.encode_event(event, audio_format=self.output_format)
         data["server_event_seq"] = self._seq
         try:
             await self._ws.send_str(json.dumps(data, separators=(",", ":")))

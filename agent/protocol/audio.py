@@ -54,6 +54,15 @@ def encode_base64_f32(samples: np.ndarray) -> str:
     return base64.b64encode(np.asarray(samples, dtype="<f4").tobytes()).decode("ascii")
 
 
+def encode_base64_audio(samples: np.ndarray, audio_format: str) -> str:
+    """float32 samples -> base64 ``audio_format`` (pcm16 or pcm_f32le)."""
+    if audio_format == "pcm_f32le":
+        return encode_base64_f32(samples)
+    if audio_format == "pcm16":
+        return encode_base64_pcm16(samples)
+    raise ValueError(f"unsupported audio format {audio_format!r}")
+
+
 class StreamingResampler:
     """Resamples a stream chunk by chunk, keeping the filter state across chunks.
 
@@ -78,10 +87,9 @@ class StreamingResampler:
         return self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
 
 
-def encode_wire_audio(audio: object, sample_rate: int, response_format: str, speed: float | None) -> str | None:
-    """The ``EncodeAudio`` the runtime hands to plugins: float32 samples -> base64 pcm16."""
-    del sample_rate, speed
-    if response_format != "pcm16":
-        raise ValueError(f"unsupported output format {response_format!r}")
-    samples = np.asarray(audio, dtype=np.float32)
-    return encode_base64_pcm16(samples) if samples.size else None
+def as_float32_audio(audio: object, sample_rate: int, response_format: str, speed: float | None) -> np.ndarray | None:
+    """The ``EncodeAudio`` the runtime hands to plugins: audio stays float32 numpy inside the
+    process (the wire codec encodes it at the edge); None for an empty chunk."""
+    del sample_rate, response_format, speed
+    samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+    return samples if samples.size else None

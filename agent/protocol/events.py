@@ -2,17 +2,17 @@
 
 Names follow vLLM-Omni's duplex realtime endpoint (OpenAI Realtime names plus
 duplex extras). The same dataclasses travel through the runner's mailbox, the
-websocket endpoint, the remote-server client and the browser's data channel;
-their JSON is derived from the fields.
+websocket endpoint, the remote-server client and the browser's data channel.
+Inside the process audio is float32 numpy; ``codec`` turns events into wire JSON
+(base64 audio) and back, at the edges only.
 """
 
 from __future__ import annotations
 
-import json
-import types
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 
 class ProtocolError(ValueError):
@@ -28,11 +28,6 @@ class ProtocolError(ValueError):
 @dataclass(slots=True)
 class Event:
     type: ClassVar[str] = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["type"] = self.type
-        return data
 
 
 # ---- client -> server ----
@@ -51,8 +46,11 @@ class SessionUpdate(ClientEvent):
 
 @dataclass(slots=True)
 class InputAudioBufferAppend(ClientEvent):
+    """Caller audio: float32 mono samples in [-1, 1] at ``sample_rate_hz`` (None: the session's input rate)."""
+
     type: ClassVar[str] = "input_audio_buffer.append"
-    audio: str
+    audio: np.ndarray
+    sample_rate_hz: int | None = None
 
 
 @dataclass(slots=True)
@@ -204,12 +202,12 @@ class ResponseListen(ServerEvent):
 
 @dataclass(slots=True)
 class ResponseAudioDelta(ServerEvent):
-    """Base64 audio at ``sample_rate``; ``marks`` say which text this audio speaks."""
+    """float32 mono ``audio`` at ``sample_rate``; ``marks`` say which text this audio speaks."""
 
     type: ClassVar[str] = "response.output_audio.delta"
     response_id: str
     item_id: str
-    delta: str
+    audio: np.ndarray
     sample_rate: int
     audio_start_ms: float
     audio_ms: float
@@ -274,79 +272,3 @@ class ErrorEvent(ServerEvent):
     @property
     def code(self) -> str:
         return str(self.error.get("code"))
-
-
-# ---- decoding ----
-
-
-def _registry(base: type[Event]) -> dict[str, type[Event]]:
-    found: dict[str, type[Event]] = {}
-    pending = list(base.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        # dataclass(slots=True) replaces each class; the replaced one lingers in
-        # __subclasses__() until garbage-collected and must not be registered.
-        if cls.type and "__slots__" in vars(cls):
-            found[cls.type] = cls
-    return found
-
-
-CLIENT_EVENTS: dict[str, type[Event]] = _registry(ClientEvent)
-SERVER_EVENTS: dict[str, type[Event]] = _registry(ServerEvent)
-
-
-def _matches(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is Any:
-        return True
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin or annotation)
-
-
-def decode_event(data: Any, registry: dict[str, type[Event]]) -> Event:
-    """Build the typed event a JSON object describes, or raise ProtocolError."""
-    if not isinstance(data, dict):
-        raise ProtocolError("invalid_event", "an event must be a JSON object")
-    event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
-    kind = data.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError("missing_field", "event has no string 'type'", event_id=event_id)
-    cls = registry.get(kind)
-    if cls is None:
-        raise ProtocolError("unknown_event_type", f"unknown event type {kind!r}", event_id=event_id)
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:
-                raise ProtocolError("missing_field", f"{kind}: missing field {f.name!r}", event_id=event_id)
-            continue
-        value = data[f.name]
-        if not _matches(value, hints[f.name]):
-            raise ProtocolError("invalid_field", f"{kind}: field {f.name!r} has the wrong type", event_id=event_id)
-        kwargs[f.name] = float(value) if hints[f.name] is float else value
-    return cls(**kwargs)
-
-
-def decode_client_event(text: str | bytes) -> ClientEvent:
-    try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError("invalid_json", f"message is not JSON: {exc}") from None
-    event = decode_event(data, CLIENT_EVENTS)
-    assert isinstance(event, ClientEvent)
-    return event
-
-
-def decode_server_event(data: Any) -> ServerEvent:
-    event = decode_event(data, SERVER_EVENTS)
-    assert isinstance(event, ServerEvent)
-    return event

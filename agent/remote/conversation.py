@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES
 from duplex_agent.agent.remote.events import ServerMessageReader
@@ -202,6 +203,9 @@ class RemoteConversation:
 
     def _translate(self, event: p.ClientEvent) -> list[tuple[dict[str, Any], float]]:
         if isinstance(event, p.InputAudioBufferAppend):
+            if event.sample_rate_hz not in (None, self._encoder.in_rate):
+                raise p.ProtocolError("sample_rate_mismatch", f"this session's input is {self._encoder.in_rate} Hz, "
+                                      f"the append says {event.sample_rate_hz} Hz", event_id=event.event_id)
             return _appends(self._encoder.push(event.audio))
         if isinstance(event, p.SessionUpdate):
             return [self._session_update(event)]
@@ -476,7 +480,7 @@ def _appends(packets: list[tuple[str, float]]) -> list[tuple[dict[str, Any], flo
 
 
 def _wire(event: p.ClientEvent) -> dict[str, Any]:
-    data = event.to_dict()
+    data = codec.encode_event(event)
     if data.get("event_id") is None:
         data.pop("event_id", None)
     return data

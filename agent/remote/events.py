@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
 
 log = logging.getLogger("duplex_agent.remote")
@@ -56,7 +57,7 @@ class ServerMessageReader:
         if fill is not None:
             fill(self, data)
         try:
-            event = p.decode_server_event(data)
+            event = codec.decode_server_event(data)
         except p.ProtocolError as exc:
             if exc.code != "unknown_event_type" or kind not in self._warned:
                 log.warning("skipping server event %r: %s", kind, exc)

@@ -17,7 +17,6 @@ import numpy as np
 
 from duplex_agent.agent.protocol.audio import (
     StreamingResampler,
-    decode_base64_audio,
     encode_base64_f32,
     encode_base64_pcm16,
 )
@@ -46,14 +45,14 @@ class InputEncoder:
         return self._resampler.in_rate
 
     def configure(self, audio_format: str, rate: int) -> None:
-        """The transport's declared input format and rate."""
+        """The transport's declared input format (for the record: appends arrive as float32) and rate."""
         self.in_format = audio_format
         if rate != self._resampler.in_rate:
             self._resampler = StreamingResampler(rate, self.out_rate)
 
-    def push(self, audio_b64: str) -> list[tuple[str, float]]:
-        """Base64 server-format appends (with their ms) ready to go; ProtocolError when the audio is bad."""
-        samples = self._resampler.process(decode_base64_audio(audio_b64, self.in_format))
+    def push(self, audio: np.ndarray) -> list[tuple[str, float]]:
+        """Base64 server-format appends (with their ms) ready to go, from float32 transport audio."""
+        samples = self._resampler.process(audio)
         if samples.size:
             self._pending.append(samples)
             self._pending_samples += samples.size

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class SessionLimits:
-    #: Base64 input audio waiting in the mailbox, in bytes.
+    #: Input audio (float32) waiting in the mailbox, in bytes.
     max_pending_input_bytes: int = 4 * 1024 * 1024
     #: Input audio held in the append buffer, in ms at the model rate.
     max_buffered_input_ms: int = 10_000

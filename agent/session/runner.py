@@ -27,7 +27,7 @@ import numpy as np
 
 from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadStream
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import StreamingResampler, decode_base64_audio
+from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.session_config import apply_session_update, session_config_dict
 from duplex_agent.agent.session.ledger import ResponseLedger, TextMark
 from duplex_agent.agent.session.limits import SessionLimits
@@ -189,7 +189,7 @@ class DuplexSessionRunner:
         self._received += 1
         seq = self._received
         if isinstance(event, p.InputAudioBufferAppend):
-            size = len(event.audio)
+            size = event.audio.nbytes
             if self._queued_append_bytes + size > self.limits.max_pending_input_bytes:
                 self._error("input_backpressure", "too much input audio is waiting; slow down", event.event_id)
                 return
@@ -230,7 +230,7 @@ class DuplexSessionRunner:
                 if command is _CLOSE:
                     break
                 if isinstance(command, p.InputAudioBufferAppend):
-                    self._queued_append_bytes -= len(command.audio)
+                    self._queued_append_bytes -= command.audio.nbytes
                     if seq <= self._broken_through:
                         continue
                 try:
@@ -329,7 +329,10 @@ class DuplexSessionRunner:
     # ---- input ----
 
     async def _append(self, command: p.InputAudioBufferAppend) -> None:
-        samples = decode_base64_audio(command.audio, self.config.input_audio_format)
+        samples = command.audio
+        if command.sample_rate_hz not in (None, self.config.input_sample_rate):
+            raise p.ProtocolError("sample_rate_mismatch", f"this session's input is {self.config.input_sample_rate} Hz, "
+                                  f"the append says {command.sample_rate_hz} Hz", event_id=command.event_id)
         if len(samples) > self.limits.max_append_samples(self.config.input_sample_rate):
             raise p.ProtocolError("audio_frame_too_large", "one append may carry at most "
                                   f"{self.limits.max_append_ms} ms of audio", event_id=command.event_id)
@@ -709,12 +712,14 @@ class DuplexSessionRunner:
         for item in self.plugin.data_plane.project(out, context=context):
             kind = item.get("type")
             if kind == "response.output_audio.delta":
+                if item["delta"] is None:
+                    continue
                 marks = [TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"]))
                          for m in item.get("marks", [])]  # type: ignore[union-attr]
                 duration = float(item["audio_ms"])  # type: ignore[arg-type]
                 start = response.ledger.record_audio(duration, marks)
                 self._emit(p.ResponseAudioDelta(
-                    response.response_id, response.item_id, str(item["delta"]), int(item["sample_rate"]),  # type: ignore[arg-type]
+                    response.response_id, response.item_id, item["delta"], int(item["sample_rate"]),  # type: ignore[arg-type]
                     start, duration, [{"text": m.text, "start_ms": m.start_ms + start, "end_ms": m.end_ms + start}
                                       for m in marks],
                 ))

@@ -28,5 +28,6 @@ class DuplexDataPlane(ABC):
     def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]: ...
 
 
-#: (audio, sample_rate, response_format, speed) -> base64 audio, or None to drop.
-EncodeAudio = Callable[[object, int, str, "float | None"], "str | None"]
+#: (audio, sample_rate, response_format, speed) -> the encoded chunk, or None to drop it. The runtime
+#: decides the encoding; ours keeps float32 numpy inside the process.
+EncodeAudio = Callable[[object, int, str, "float | None"], object]

@@ -6,7 +6,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
@@ -35,7 +35,7 @@ class Microphone:
 @pytest.fixture
 async def reference_worker():
     """The embedded worker (reference model) on loopback: (http client, backend, plugin, ice address)."""
-    plugin = ReferencePlugin(encode_wire_audio)
+    plugin = ReferencePlugin(as_float32_audio)
     backend = LocalBackend(plugin, plugin.build_local_engine())
     address = interface_ipv4()
     app = build_app(backend, Settings(ice_address=address))

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
@@ -29,7 +29,7 @@ FAMILIES = {
 @pytest.fixture
 async def worker():
     """The worker app with the scripted model: (http client, backend)."""
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply="fine thanks"))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply="fine thanks"))
     backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=3)
     app = build_app(backend, Settings(ice_address=interface_ipv4(), max_sessions=3))
     client = TestClient(TestServer(app, host="127.0.0.1"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from devtools.speech import speak, transcribe, words
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
 from tests.runtime.drivers import RunnerDriver
@@ -22,7 +22,7 @@ LONG = ("I would like to hear about the weather in the mountains this weekend an
 
 @pytest.fixture
 async def reference():
-    plugin = ReferencePlugin(encode_wire_audio)
+    plugin = ReferencePlugin(as_float32_audio)
     backend = LocalBackend(plugin, plugin.build_local_engine())
     driver = await RunnerDriver.open(backend)
     await driver.send({"type": "session.update", "session": {"input_sample_rate": RATE}})
@@ -35,7 +35,7 @@ async def reference():
 def reply_audio(events: list[dict], response_id: str) -> tuple[np.ndarray, int]:
     deltas = [e for e in events if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id]
     assert deltas, "no audio in the reply"
-    pcm = b"".join(base64.b64decode(d["delta"]) for d in deltas)
+    pcm = b"".join(base64.b64decode(d["delta"]) for d in deltas)  # the driver gives wire JSON: pcm16
     return np.frombuffer(pcm, "<i2").astype(np.float32) / 32768, deltas[0]["sample_rate"]
 
 

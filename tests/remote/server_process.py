@@ -12,7 +12,7 @@ from aiohttp import web
 
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
@@ -21,7 +21,7 @@ REPLY = " ".join(f"word{i}" for i in range(60))
 
 
 async def main(port: int) -> None:
-    plugin = ScriptedPlugin(encode_wire_audio, Script(reply=REPLY, word_delay_s=0.05))
+    plugin = ScriptedPlugin(as_float32_audio, Script(reply=REPLY, word_delay_s=0.05))
     backend = LocalBackend(plugin, plugin.build_local_engine())
     runner = web.AppRunner(build_app(backend, Settings(), with_webrtc=False))
     await runner.setup()

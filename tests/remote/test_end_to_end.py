@@ -18,7 +18,7 @@ from devtools.speech import speak, transcribe, words
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
@@ -33,7 +33,7 @@ LONG = ("I would like to hear about the weather in the mountains this weekend an
 @pytest.fixture
 async def call():
     """(plugin on the server, CallAudioPath over a remote conversation, server events seen by the worker)."""
-    plugin = ReferencePlugin(encode_wire_audio)
+    plugin = ReferencePlugin(as_float32_audio)
     local = LocalBackend(plugin, plugin.build_local_engine())
     server = TestServer(build_app(local, Settings(), with_webrtc=False), host="127.0.0.1")
     await server.start_server()

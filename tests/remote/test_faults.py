@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import signal
 import socket
@@ -19,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteConversation, RemoteOptions
 from duplex_agent.agent.session.local_backend import LocalBackend
@@ -41,9 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NO_RESUME = {**OMNI_CAPS, "supports_session_resume": False}
 
 
-def pcm16_b64(ms: float, rate: int = 16000, level: float = 0.3) -> str:
-    samples = level * np.sin(np.arange(int(rate * ms / 1000)) / 4)
-    return base64.b64encode((samples * 32767).astype("<i2").tobytes()).decode()
+def tone(ms: float, rate: int = 16000, level: float = 0.3) -> np.ndarray:
+    return (level * np.sin(np.arange(int(rate * ms / 1000)) / 4)).astype(np.float32)
 
 
 async def next_event(conversation: RemoteConversation, timeout: float = 5.0) -> p.ServerEvent | None:
@@ -112,7 +110,7 @@ async def start_server_process(port: int) -> asyncio.subprocess.Process:
 
 async def ask(conversation: RemoteConversation) -> None:
     conversation.send(p.SessionUpdate({"turn_detection": None}))
-    conversation.send(p.InputAudioBufferAppend(pcm16_b64(300)))
+    conversation.send(p.InputAudioBufferAppend(tone(300)))
     conversation.send(p.InputAudioBufferCommit())
 
 
@@ -190,7 +188,7 @@ async def test_a_dropped_connection_resumes_and_the_server_replays_what_was_miss
     assert conversation.capabilities.supports_resume
     conversation.send(p.InputAudioBufferCommit())
     seen = await events_until(conversation, "response.output_audio.delta")
-    conversation.send(p.InputAudioBufferAppend(pcm16_b64(100)))
+    conversation.send(p.InputAudioBufferAppend(tone(100)))
     seen += await events_until(conversation, "response.done")
 
     resume = next(m for m in session.received if m["type"] == "session.resume")
@@ -291,7 +289,7 @@ async def test_a_server_that_stops_reading_gets_bounded_input_and_a_backpressure
     seen: list[p.ServerEvent] = []
     reader = asyncio.create_task(_collect(conversation, seen))
     try:
-        chunk = pcm16_b64(100)
+        chunk = tone(100)
         peak = 0.0
         for _ in range(3000):  # 300 s of audio; the socket buffers fill after ~100 s of it
             conversation.send(p.InputAudioBufferAppend(chunk))
@@ -350,7 +348,7 @@ async def test_malformed_and_unknown_events_are_skipped_and_the_session_goes_on(
 
 
 async def test_a_full_server_refuses_with_resource_exhausted(backends):
-    plugin = ScriptedPlugin(encode_wire_audio, Script())
+    plugin = ScriptedPlugin(as_float32_audio, Script())
     local = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=1)
     server = TestServer(build_app(local, Settings(), with_webrtc=False), host="127.0.0.1")
     await server.start_server()

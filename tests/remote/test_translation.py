@@ -123,7 +123,7 @@ async def test_the_client_opens_with_model_and_key_and_reencodes_audio_in_whole_
                                        "overlap_policy": "barge_in"}))
     frame = (0.2 * np.sin(np.arange(480) / 3)).astype("<f4")  # 10 ms at 48 kHz
     for _ in range(35):
-        conversation.send(p.InputAudioBufferAppend(base64.b64encode(frame.tobytes()).decode()))
+        conversation.send(p.InputAudioBufferAppend(frame))
     conversation.send(p.InputAudioBufferCommit())
     await settle(session, 6)
     update, *appends, commit = session.received[1:]

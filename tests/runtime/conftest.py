@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestServer
 
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
-from duplex_agent.agent.protocol.audio import encode_wire_audio
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.limits import SessionLimits
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
@@ -22,7 +22,7 @@ async def open_driver(request: pytest.FixtureRequest) -> AsyncIterator[Callable[
 
     async def factory(script: Script | None = None, *, transport: str = "runner", limits: SessionLimits | None = None,
                       max_sessions: int = 4, engine: Any = None, config_timeout_s: float = 10.0):
-        plugin = ScriptedPlugin(encode_wire_audio, script or Script())
+        plugin = ScriptedPlugin(as_float32_audio, script or Script())
         backend = LocalBackend(plugin, engine or plugin.build_local_engine(), max_sessions=max_sessions, limits=limits)
         cleanups.append(backend.close)
         if transport == "runner":

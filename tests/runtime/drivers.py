@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.runner import DuplexSessionRunner
 
@@ -61,8 +61,11 @@ class Driver:
 
 
 class RunnerDriver(Driver):
+    """Drives the runner in-process through the same codec the websocket uses."""
+
     def __init__(self, runner: DuplexSessionRunner) -> None:
         self.runner = runner
+        self.input_format = "pcm16"
 
     @classmethod
     async def open(cls, backend: LocalBackend) -> RunnerDriver:
@@ -70,14 +73,16 @@ class RunnerDriver(Driver):
 
     async def send(self, event: dict[str, Any]) -> None:
         assert self.runner is not None
-        self.runner.send(p.decode_client_event(json.dumps(event)))
+        if event.get("type") == "session.update":
+            self.input_format = event.get("session", {}).get("input_audio_format", self.input_format)
+        self.runner.send(codec.decode_client_event(json.dumps(event), audio_format=self.input_format))
 
     async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
         assert self.runner is not None
         event = await asyncio.wait_for(self.runner.next_event(), timeout)
         if event is None:
             raise ConnectionError("conversation closed")
-        return event.to_dict()
+        return codec.encode_event(event)
 
     async def close(self) -> None:
         assert self.runner is not None

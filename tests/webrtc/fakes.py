@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 from collections.abc import AsyncIterator
 
 import numpy as np
 
-from duplex_agent.agent.protocol.audio import encode_base64_pcm16
 from duplex_agent.agent.protocol.events import (
     ClientEvent,
     InputAudioBufferAppend,
@@ -70,7 +68,7 @@ class EchoConversation(FakeConversation):
         if isinstance(event, ResponseCancel):
             self._response_id = None
         elif isinstance(event, InputAudioBufferAppend):
-            samples = np.frombuffer(base64.b64decode(event.audio), dtype="<f4")
+            samples = event.audio
             if self._response_id is None:
                 self._response_id = f"echo-{next(self._ids)}"
                 self._audio_ms = 0.0
@@ -78,7 +76,7 @@ class EchoConversation(FakeConversation):
             ms = 1000.0 * samples.size / self.capabilities.input_sample_rate
             self.emit(ResponseAudioDelta(
                 response_id=self._response_id, item_id=f"item-{self._response_id}",
-                delta=encode_base64_pcm16(samples), sample_rate=self.capabilities.input_sample_rate,
+                audio=samples, sample_rate=self.capabilities.input_sample_rate,
                 audio_start_ms=self._audio_ms, audio_ms=ms,
             ))
             self._audio_ms += ms

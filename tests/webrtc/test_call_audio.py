@@ -1,10 +1,8 @@
 import asyncio
-import base64
 
 import numpy as np
 import pytest
 
-from duplex_agent.agent.protocol.audio import encode_base64_pcm16
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
@@ -31,7 +29,7 @@ LOUD = np.full(960, 0.3, dtype=np.float32) * np.sign(np.sin(np.arange(960) / 5))
 def delta(response_id: str, ms: float, rate: int = 24000, start_ms: float = 0.0) -> ResponseAudioDelta:
     samples = 0.2 * np.sin(np.arange(int(rate * ms / 1000)) / 7).astype(np.float32)
     return ResponseAudioDelta(
-        response_id=response_id, item_id="i-" + response_id, delta=encode_base64_pcm16(samples),
+        response_id=response_id, item_id="i-" + response_id, audio=samples,
         sample_rate=rate, audio_start_ms=start_ms, audio_ms=ms,
     )
 
@@ -69,7 +67,7 @@ async def test_caller_audio_is_resampled_and_appended(call):
     for _ in range(50):
         path.push_caller_frame(QUIET, 48000)
     appends = conversation.sent_of(InputAudioBufferAppend)
-    total = sum(len(base64.b64decode(a.audio)) // 4 for a in appends)
+    total = sum(a.audio.size for a in appends)
     assert len(appends) >= 45
     assert abs(total - 16000) < 200  # 1 s at 16 kHz, less the resampler's held-back tail
     assert path.figures.last("input_added_ms") < 15  # resampler hold (~6 ms) plus work

@@ -5,7 +5,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from duplex_agent.agent.protocol.audio import encode_base64_pcm16
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
@@ -35,7 +34,7 @@ class TalkerConversation(FakeConversation):
             hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
             for n in range(10):
                 self.emit(ResponseAudioDelta(
-                    response_id="talk", item_id="i-talk", delta=encode_base64_pcm16(hum),
+                    response_id="talk", item_id="i-talk", audio=hum,
                     sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0,
                 ))
 

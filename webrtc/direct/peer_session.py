@@ -18,13 +18,13 @@ from aiortc import RTCDataChannel, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamTrack
 
 from duplex_agent.agent.metrics import ACTIVE_SESSIONS, ERRORS
+from duplex_agent.agent.protocol.codec import decode_client_event, encode_event
 from duplex_agent.agent.protocol.events import (
     ErrorEvent,
     InputDtmf,
     ProtocolError,
     ServerEvent,
     SessionUpdate,
-    decode_client_event,
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.tracks import CallerAudioReader, PlayoutTrack
@@ -142,7 +142,7 @@ class PeerSession:
     def _forward_event(self, event: ServerEvent) -> None:
         if isinstance(event, ErrorEvent):
             ERRORS.labels(code=event.code).inc()
-        self._send(event.to_dict())
+        self._send(encode_event(event))
 
     def _forward_state(self, state: str) -> None:
         self._send({"type": "agent.state", "state": state})

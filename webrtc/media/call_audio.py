@@ -13,8 +13,6 @@ response's played duration when it has gone out; pass other events on.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +22,7 @@ import numpy as np
 
 from duplex_agent.agent.metrics import BARGE_IN_LATENCY_MS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
 from duplex_agent.agent.models.vad import SileroVadModel
-from duplex_agent.agent.protocol.audio import StreamingResampler, decode_pcm, encode_base64_f32
+from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     OutputAudioBufferCleared,
@@ -203,7 +201,7 @@ class CallAudioPath:
             chunk = np.concatenate(self._pending_input)
             self._pending_input.clear()
             self._pending_samples = 0
-            self._conversation.send(InputAudioBufferAppend(audio=encode_base64_f32(chunk)))
+            self._conversation.send(InputAudioBufferAppend(audio=chunk, sample_rate_hz=self._caps.input_sample_rate))
             self._input_sent_ms += 1000.0 * chunk.size / self._caps.input_sample_rate
             # Work time plus caller audio received but not yet handed on (resampler, chunking).
             held_ms = max(0.0, self._input_received_ms - self._input_sent_ms)
@@ -286,11 +284,7 @@ class CallAudioPath:
         rid = event.response_id
         if rid in self._dropped_responses:
             return
-        try:
-            raw = base64.b64decode(event.delta, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProtocolError("invalid_audio_base64", "audio delta is not valid base64") from None
-        samples = decode_pcm(raw, "pcm16")
+        samples = event.audio
         resampler = self._output_resamplers.get(rid)
         if resampler is None or resampler.in_rate != event.sample_rate:
             resampler = self._output_resamplers[rid] = StreamingResampler(event.sample_rate, SAMPLE_RATE, quality=RESAMPLE_QUALITY)
