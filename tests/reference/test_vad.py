@@ -39,9 +39,8 @@ def test_shared_model_is_loaded_once(model):
 
 
 def test_missing_package_names_pip_package(monkeypatch):
-    monkeypatch.setitem(sys.modules, "livekit.plugins.silero", None)
-    monkeypatch.setitem(sys.modules, "silero_vad", None)
-    with pytest.raises(MissingModelError, match="pip install livekit-plugins-silero"):
+    monkeypatch.setitem(sys.modules, "livekit.local_inference", None)
+    with pytest.raises(MissingModelError, match="pip install livekit-local-inference"):
         SileroVadModel()
 
 
@@ -70,13 +69,17 @@ def test_chunking_does_not_change_events(model, fox_16k):
     assert len(whole) == 2
 
 
-def test_reset_restarts_positions(model, fox_16k):
+def test_reset_keeps_the_input_timeline(model, fox_16k):
+    """After reset, events are found again, at positions on the same input timeline."""
     stream = VadStream(model)
     audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
     first = stream.push(audio)
+    stream.push(np.zeros(100, np.float32))  # a remainder short of a window is dropped by reset
     stream.reset()
-    assert stream.position_ms == 0 and not stream.speaking
-    assert stream.push(audio) == first
+    assert not stream.speaking
+    offset = stream.position_ms
+    assert offset == pytest.approx(1000.0 * (audio.size + 100) / SR)
+    assert [(e.kind, e.audio_ms + offset) for e in first] == [(e.kind, e.audio_ms) for e in stream.push(audio)]
 
 
 def test_speaking_while_speech_continues(model, fox_16k):
@@ -109,6 +112,16 @@ def test_settings_from_dict():
     assert (s.threshold, s.silence_duration_ms, s.prefix_padding_ms, s.create_response) == (0.6, 700, 300, False)
     stream = s.new_stream(SileroVadModel.shared())
     assert (stream.threshold, stream.silence_duration_ms) == (0.6, 700)
+    assert (s.end_of_turn, s.end_of_turn_threshold, s.end_of_turn_silence_ms) == (True, 0.5, 200)
+
+
+def test_settings_take_vllm_omni_min_speech_duration_ms():
+    assert VadSettings.from_dict({"min_speech_duration_ms": 250}).min_speech_ms == 250
+    assert VadSettings.from_dict({"min_speech_ms": 80, "min_speech_duration_ms": 80}).min_speech_ms == 80
+
+
+def test_short_full_window_bounds_the_default_short_window():
+    assert VadSettings.from_dict({"silence_duration_ms": 150}).end_of_turn_silence_ms == 150
 
 
 @pytest.mark.parametrize(
@@ -121,6 +134,13 @@ def test_settings_from_dict():
         ({"prefix_padding_ms": True}, "prefix_padding_ms"),
         ({"interrupt_response": "yes"}, "interrupt_response"),
         ({"type": "semantic_vad"}, "type"),
+        ({"threshold": float("nan")}, "threshold"),
+        ({"min_speech_duration_ms": -5}, "min_speech_duration_ms"),
+        ({"min_speech_ms": 100, "min_speech_duration_ms": 200}, "min_speech_duration_ms"),
+        ({"end_of_turn": "auto"}, "end_of_turn"),
+        ({"end_of_turn_threshold": 2}, "end_of_turn_threshold"),
+        ({"end_of_turn_silence_ms": 900}, "end_of_turn_silence_ms"),  # longer than the full window
+        ({"end_of_turn_silence_ms": [200]}, "end_of_turn_silence_ms"),
     ],
 )
 def test_settings_reject_bad_keys(d, key):

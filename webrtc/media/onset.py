@@ -6,10 +6,9 @@ from collections import deque
 
 import numpy as np
 
-from duplex_agent.agent.models.vad import SileroVadModel, VadStream
+from duplex_agent.agent.models.vad import VAD_RATE, VadModel, VadStream
 from duplex_agent.agent.protocol.audio import StreamingResampler
 
-VAD_RATE = 16000
 _ARRIVALS_KEPT = 200  # caller frames remembered (4 s of 20 ms frames)
 
 
@@ -22,7 +21,7 @@ class CallerOnsetDetector:
 
     def __init__(
         self,
-        model: SileroVadModel,
+        model: VadModel,
         *,
         threshold: float = 0.5,
         min_speech_ms: int = 32,
