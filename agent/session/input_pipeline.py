@@ -12,7 +12,8 @@ from collections import deque
 
 import numpy as np
 
-from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadStream
+from duplex_agent.agent.models.end_of_turn import EndOfTurnModel, TurnDetector
+from duplex_agent.agent.models.vad import VAD_RATE, SileroVadModel, VadSettings
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.session_config import session_config_dict
@@ -22,8 +23,6 @@ from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
 from duplex_agent.agent.session.stage_router import StageRouter
 from duplex_agent.plugins.contract import PcmAppendReservation
 from duplex_agent.plugins.contract.engine import EngineSubmitError
-
-VAD_RATE = 16000
 
 
 class AppendFailed(RuntimeError):
@@ -47,7 +46,7 @@ class InputPipeline:
         self._vad_model = vad_model
         self._resampler: StreamingResampler | None = None
         self._vad_settings: VadSettings | None = None
-        self._vad: VadStream | None = None
+        self._vad: TurnDetector | None = None
         self._vad_resampler: StreamingResampler | None = None
         self._prefix: deque[np.ndarray] = deque()
         self._prefix_samples = 0
@@ -70,7 +69,9 @@ class InputPipeline:
             return
         if self._vad_model is None:
             self._vad_model = SileroVadModel.shared()
-        self._vad = settings.new_stream(self._vad_model, sample_rate=VAD_RATE)
+        # The end-of-turn model only matters where pauses commit turns.
+        end_of_turn = EndOfTurnModel.shared() if settings.end_of_turn and not core.continuous else None
+        self._vad = TurnDetector.from_settings(settings, self._vad_model, end_of_turn)
         self._vad_resampler = StreamingResampler(core.capabilities.input_sample_rate, VAD_RATE)
 
     # ---- appends ----
