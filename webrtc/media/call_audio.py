@@ -56,6 +56,7 @@ PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
     "instructions": (str,),
     "voice": (str, type(None)),
     "overlap_policy": (str,),
+    "turn_detection": (dict,),  # server VAD and end-of-turn settings; the session validates them
 }
 #: What the agent is doing, as the page shows it.
 AGENT_STATES = ("listening", "thinking", "speaking")
