@@ -92,6 +92,12 @@ class Said:
     commits_before_end: int = 0  # turns committed while the sentence was still going on
 
 
+@dataclass
+class CallRun:
+    said: list[Said]
+    worker_turn_ms: dict | None  # the worker's own turn_ms figure (latency.turn_ms of its last metrics message)
+
+
 class Mic:
     """The caller's microphone: clips queued by ``say``; notes when each clip's last speech
     frame (and first loud frame) leaves, and silence otherwise."""
@@ -143,6 +149,7 @@ class CallerPeer:
         self.pc.addTrack(PlayoutTrack(self.mic.next_frame))
         self.pc.on("track", self._on_track)
         self.channel.on("message", self._on_message)
+        self.channel.on("open", lambda: self.changed.set())
         self.loud_at: list[float] = []
         self.events: list[tuple[float, dict]] = []
         self.changed = asyncio.Event()
@@ -170,6 +177,8 @@ class CallerPeer:
 
     async def connect(self, http: aiohttp.ClientSession, url: str) -> None:
         await offer_and_connect(self.pc, self.address, http, url)
+        if not await self.until(lambda: self.channel.readyState == "open", 10):
+            raise RuntimeError("the data channel did not open")
 
     def send(self, message: dict) -> None:
         self.channel.send(json.dumps(message))
@@ -260,7 +269,7 @@ async def echo_round_trips(url: str, address: str, clips: list[np.ndarray]) -> l
 # ---- the worker's turns ----
 
 
-async def speak_turns(url: str, address: str, utterances: list[Utterance], end_of_turn: bool) -> list[Said]:
+async def speak_turns(url: str, address: str, utterances: list[Utterance], end_of_turn: bool) -> CallRun:
     caller = CallerPeer(address)
     async with aiohttp.ClientSession() as http:
         await caller.connect(http, url)
@@ -292,9 +301,12 @@ async def speak_turns(url: str, address: str, utterances: list[Utterance], end_o
                                            for _, e in caller.events[done_from:]), 20)
             quiet_from = len(caller.loud_at)
             await caller.until(lambda: len(caller.loud_at) > quiet_from, 0.4)  # a gap between turns
+        metrics_from = len(caller.events)
+        await caller.until(lambda: any(e["type"] == "metrics" for _, e in caller.events[metrics_from:]), 3)
     finally:
         await caller.close()
-    return said
+    metrics = [e for _, e in caller.events if e["type"] == "metrics"]
+    return CallRun(said, metrics[-1]["latency"]["turn_ms"] if metrics else None)
 
 
 # ---- setup and report ----
@@ -339,11 +351,12 @@ def fmt(values: list[float]) -> str:
     return f"p50 {statistics.median(values):6.0f} ms  p95 {percentile(values, 95):6.0f} ms  (n={len(values)})"
 
 
-def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
+def report(voice: str, echo: list[float], runs: dict[bool, CallRun]) -> None:
     floor = statistics.median(echo) if echo else float("nan")
     print(f"\nvoice: espeak-ng {voice}; responder: echo; direct WebRTC (aiortc both ends)")
     print(f"  echo peer round trip (transport floor):         {fmt(echo)}")
-    for end_of_turn, said in runs.items():
+    for end_of_turn, call in runs.items():
+        said = call.said
         name = "end-of-turn model on " if end_of_turn else "end-of-turn model off"
         finished = [1000.0 * (s.heard_at - s.last_sent_at) for s in said
                     if not s.utterance.paused and s.heard_at and s.last_sent_at]
@@ -355,6 +368,9 @@ def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
         print(f"      minus the echo floor: p50 {p50 - floor:6.0f} ms   (goal <= {GOAL_MS:.0f} ms)")
         print(f"      false cut-ins on mid-sentence pauses (300-400 ms): {cut_ins}/{len(paused)}"
               f"   unanswered utterances: {unanswered}")
+        if call.worker_turn_ms:
+            print(f"      the worker's own turn_ms (end of speech at its input -> first frame out), all turns: "
+                  f"median {call.worker_turn_ms['median']} ms (n={call.worker_turn_ms['count']})")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -377,7 +393,7 @@ async def run(args: argparse.Namespace) -> None:
         await wait_http(worker_url, "/healthz", 180)
         clips = [u.audio for u in utterances if not u.paused][: 5 if args.quick else 10]
         echo_trips = await echo_round_trips(echo_url, address, clips)
-        runs: dict[bool, list[Said]] = {}
+        runs: dict[bool, CallRun] = {}
         for end_of_turn in (False, True):
             print(f"   ... calling with the end-of-turn model {'on' if end_of_turn else 'off'}", flush=True)
             runs[end_of_turn] = await speak_turns(worker_url, address, utterances, end_of_turn)
