@@ -21,7 +21,7 @@ import numpy as np
 
 from duplex_agent.agent.models.model_errors import require_module
 from duplex_agent.agent.models.shared_model import SharedModel
-from duplex_agent.agent.models.vad import VadEvent, VadModel, VadSettings, VadStream, to_int16
+from duplex_agent.agent.models.vad import SharedScores, VadEvent, VadModel, VadSettings, VadStream, to_int16
 
 logger = logging.getLogger("duplex_agent.models")
 
@@ -81,10 +81,19 @@ class TurnDetector:
         self.last_probability: float | None = None
 
     @classmethod
-    def from_settings(cls, settings: VadSettings, vad_model: VadModel,
-                      eot_model: EndOfTurnModel | None) -> TurnDetector:
-        return cls(settings.new_stream(vad_model), eot_model if settings.end_of_turn else None,
+    def from_settings(cls, settings: VadSettings, vad_model: VadModel, eot_model: EndOfTurnModel | None,
+                      *, scores_in: SharedScores | None = None) -> TurnDetector:
+        return cls(settings.new_stream(vad_model, scores_in=scores_in), eot_model if settings.end_of_turn else None,
                    threshold=settings.end_of_turn_threshold, silence_ms=settings.end_of_turn_silence_ms)
+
+    def retune(self, settings: VadSettings, eot_model: EndOfTurnModel | None) -> None:
+        """New settings mid-session: the stream keeps its timeline (and its shared scores' grid)."""
+        self.vad.tune(**settings.stream_settings())
+        self._model = eot_model if settings.end_of_turn else None
+        self.threshold = settings.end_of_turn_threshold
+        self.silence_ms = float(settings.end_of_turn_silence_ms)
+        self._probe_at_ms = max(self.vad.window_ms, self.silence_ms - PROBE_LEAD_MS)
+        self._probe = None
 
     @property
     def speaking(self) -> bool:

@@ -65,6 +65,23 @@ class VadModel(Protocol):
     def open_stream(self) -> WindowScorer: ...
 
 
+class SharedScores:
+    """One call's window probabilities, scored once by the edge's VadStream and read by the
+    session's (one VAD pass per call). Windows are numbered on the call's 16 kHz input
+    timeline: window k covers samples [512 k, 512 (k + 1)), whatever resampler fed it."""
+
+    def __init__(self, keep: int = 256) -> None:  # 8 s of windows
+        self._scores: dict[int, float] = {}
+        self._keep = keep
+
+    def put(self, index: int, probability: float) -> None:
+        self._scores[index] = probability
+        self._scores.pop(index - self._keep, None)
+
+    def get(self, index: int) -> float | None:
+        return self._scores.get(index)
+
+
 @dataclass(frozen=True)
 class VadEvent:
     kind: Literal["speech_started", "speech_stopped"]
@@ -90,10 +107,26 @@ class VadStream:
         silence_duration_ms: int = 500,
         min_speech_ms: int = 100,
         sample_rate: int = VAD_RATE,
+        scores_out: SharedScores | None = None,
+        scores_in: SharedScores | None = None,
     ) -> None:
         if sample_rate != VAD_RATE:
             raise ValueError(f"sample_rate must be {VAD_RATE}, got {sample_rate}")
         self._scorer = model.open_stream()
+        self.sample_rate = sample_rate
+        self.window_ms = 1000.0 * WINDOW_SAMPLES / sample_rate
+        self.tune(threshold=threshold, prefix_padding_ms=prefix_padding_ms,
+                  silence_duration_ms=silence_duration_ms, min_speech_ms=min_speech_ms)
+        self.scores_out = scores_out  # this stream scores windows for another
+        self.scores_in = scores_in  # this stream reads another's scores
+        self.windows_scored = 0  # model calls this stream made
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._windows_start = 0  # samples of the input timeline already in windows
+        self.reset()
+
+    def tune(self, *, threshold: float, prefix_padding_ms: int, silence_duration_ms: int,
+             min_speech_ms: int) -> None:
+        """New settings, keeping the stream's timeline and state."""
         self.threshold = threshold
         # Hysteresis as in Silero's reference iterator: speech continues until the
         # probability falls clearly below the onset threshold.
@@ -101,16 +134,11 @@ class VadStream:
         self.prefix_padding_ms = prefix_padding_ms
         self.silence_duration_ms = silence_duration_ms
         self.min_speech_ms = min_speech_ms
-        self.sample_rate = sample_rate
-        self.window_ms = 1000.0 * WINDOW_SAMPLES / sample_rate
-        self._samples_seen = 0  # the input timeline survives reset()
-        self.reset()
 
     def reset(self) -> None:
-        """Forget speech state and buffered audio; positions keep counting from the start."""
+        """Forget speech state; positions keep counting on the input timeline, and windows
+        stay on its 512-sample grid (the remainder short of a window is kept)."""
         self._scorer.reset()
-        self._pending = np.zeros(0, dtype=np.float32)
-        self._windows_start = self._samples_seen  # the next window starts here
         self._speaking = False
         self._onset_ms: float | None = None  # candidate onset while not yet speaking
         self._speech_run_ms = 0.0
@@ -144,7 +172,6 @@ class VadStream:
         samples = np.asarray(samples, dtype=np.float32)
         if samples.ndim != 1:
             raise ValueError(f"expected mono 1-D audio, got shape {samples.shape}")
-        self._samples_seen += samples.size
         audio = np.concatenate((self._pending, samples)) if self._pending.size else samples
         n_windows = audio.size // WINDOW_SAMPLES
         self._pending = audio[n_windows * WINDOW_SAMPLES :].copy()
@@ -170,7 +197,13 @@ class VadStream:
         return None
 
     def _step(self, window: np.ndarray) -> VadEvent | None:
-        prob = self._scorer.probability(window)
+        index = self._windows_start // WINDOW_SAMPLES
+        prob = self.scores_in.get(index) if self.scores_in is not None else None
+        if prob is None:
+            prob = self._scorer.probability(window)
+            self.windows_scored += 1
+        if self.scores_out is not None:
+            self.scores_out.put(index, prob)
         self.last_probability = prob
         self.probabilities.append(prob)
         start_ms = self.position_ms
@@ -297,12 +330,10 @@ class VadSettings:
             end_of_turn_silence_ms=eot_silence,
         )
 
-    def new_stream(self, model: VadModel, sample_rate: int = VAD_RATE) -> VadStream:
-        return VadStream(
-            model,
-            threshold=self.threshold,
-            prefix_padding_ms=self.prefix_padding_ms,
-            silence_duration_ms=self.silence_duration_ms,
-            min_speech_ms=self.min_speech_ms,
-            sample_rate=sample_rate,
-        )
+    def stream_settings(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "prefix_padding_ms": self.prefix_padding_ms,
+                "silence_duration_ms": self.silence_duration_ms, "min_speech_ms": self.min_speech_ms}
+
+    def new_stream(self, model: VadModel, sample_rate: int = VAD_RATE, *,
+                   scores_in: SharedScores | None = None) -> VadStream:
+        return VadStream(model, sample_rate=sample_rate, scores_in=scores_in, **self.stream_settings())

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from duplex_agent.agent.models.model_errors import MissingModelError
-from duplex_agent.agent.models.vad import SileroVadModel, VadEvent, VadSettings, VadStream
+from duplex_agent.agent.models.vad import SharedScores, SileroVadModel, VadEvent, VadSettings, VadStream
 
 SR = 16000
 PAD_S = 1.0
@@ -70,16 +70,33 @@ def test_chunking_does_not_change_events(model, fox_16k):
 
 
 def test_reset_keeps_the_input_timeline(model, fox_16k):
-    """After reset, events are found again, at positions on the same input timeline."""
+    """After reset, events are found again, at positions on the same input timeline (and its
+    512-sample window grid, so another stream's scores for window k still apply)."""
     stream = VadStream(model)
     audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
     first = stream.push(audio)
-    stream.push(np.zeros(100, np.float32))  # a remainder short of a window is dropped by reset
+    stream.push(np.zeros(100, np.float32))
     stream.reset()
     assert not stream.speaking
-    offset = stream.position_ms
-    assert offset == pytest.approx(1000.0 * (audio.size + 100) / SR)
-    assert [(e.kind, e.audio_ms + offset) for e in first] == [(e.kind, e.audio_ms) for e in stream.push(audio)]
+    offset = 1000.0 * (audio.size + 100) / SR
+    again = stream.push(audio)
+    assert [e.kind for e in again] == [e.kind for e in first]
+    assert all(abs(b.audio_ms - (a.audio_ms + offset)) <= 32 for a, b in zip(first, again))
+    assert all(e.audio_ms % 32 == 0 for e in again)
+
+
+def test_a_stream_reading_shared_scores_runs_no_model_and_finds_the_same_speech(model, fox_16k):
+    audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
+    scores = SharedScores()
+    edge = VadStream(model, min_speech_ms=32, silence_duration_ms=300, scores_out=scores)
+    turns, alone = VadStream(model, scores_in=scores), VadStream(model)
+    shared_events, own_events = [], []
+    for i in range(0, audio.size, 320):
+        edge.push(audio[i : i + 320])
+        shared_events += turns.push(audio[i : i + 320])
+        own_events += alone.push(audio[i : i + 320])
+    assert shared_events == own_events and len(own_events) == 2
+    assert turns.windows_scored == 0 and edge.windows_scored == alone.windows_scored > 0
 
 
 def test_speaking_while_speech_continues(model, fox_16k):

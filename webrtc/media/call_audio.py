@@ -147,6 +147,9 @@ class CallAudioPath:
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model, min_speech_ms=self._onset_min_speech_ms)
+        share = getattr(self._conversation, "use_caller_vad", None)  # an in-process session's turn detection
+        if share is not None:
+            share(self._onset.scores)
         self._conversation.send(
             SessionUpdate(
                 session={

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from duplex_agent.agent.models.vad import VAD_RATE, VadModel, VadStream
+from duplex_agent.agent.models.vad import VAD_RATE, SharedScores, VadModel, VadStream
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.webrtc.media.latency import ArrivalClock
 
@@ -14,6 +14,8 @@ class CallerOnsetDetector:
 
     ``push`` returns, when speech starts, the arrival time of the frame holding
     the onset sample, so that latency counts from when that sound reached us.
+    Its window scores (``scores``) serve the session's turn detection too: one
+    VAD pass per call.
     """
 
     def __init__(
@@ -24,8 +26,10 @@ class CallerOnsetDetector:
         min_speech_ms: int = 32,
         silence_duration_ms: int = 300,
     ) -> None:
+        self.scores = SharedScores()
         self._vad = VadStream(
             model,
+            scores_out=self.scores,
             threshold=threshold,
             min_speech_ms=min_speech_ms,
             silence_duration_ms=silence_duration_ms,
