@@ -161,7 +161,8 @@ function sendSettings() {
 
 async function openMicrophone() {
   if (!window.isSecureContext || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-    throw new Error(MIC_NEEDS_HTTPS);
+    throw new Error(ui.notice.hidden ? MIC_NEEDS_HTTPS
+      : "The microphone is unavailable over plain HTTP: see the note above.");
   }
   try {
     return await navigator.mediaDevices.getUserMedia({
