@@ -72,7 +72,10 @@ def build_app(
             api_secret=settings.livekit_api_secret if minting else "",
             agent_name=settings.agent_name,
         )
-    install_access_control(app, settings, peer_sessions=peer_sessions)
+    install_access_control(app, api_key=settings.resolved_api_key(), token_ttl_s=settings.token_ttl,
+                           allowed_origins=settings.allowed_origins, sessions_per_minute=settings.sessions_per_minute,
+                           sessions_per_address=settings.sessions_per_address, metrics_port=settings.metrics_port,
+                           peer_sessions=peer_sessions)
     return app
 
 

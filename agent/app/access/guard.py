@@ -32,7 +32,6 @@ from duplex_agent.agent.app.access.credentials import (
 )
 from duplex_agent.agent.app.access.limits import AddressLimits, LimitExceeded, Ticket
 from duplex_agent.agent.app.access.origins import OriginPolicy, OriginRejected
-from duplex_agent.agent.app.settings import Settings
 
 log = logging.getLogger("duplex_agent.access")
 
@@ -56,13 +55,15 @@ def _is_websocket(request: web.Request) -> bool:
 
 
 class AccessGuard:
-    def __init__(self, settings: Settings, *, peer_sessions: Callable[[], dict] | None = None) -> None:
-        key = settings.resolved_api_key()
-        self.keys = AccessKeys(key, token_ttl_s=settings.token_ttl) if key else None
-        self.origins = OriginPolicy(settings.allowed_origins)
-        self.limits = AddressLimits(per_minute=settings.sessions_per_minute,
-                                    open_per_address=settings.sessions_per_address)
-        self.metrics_port = settings.metrics_port
+    """``api_key`` empty: no credentials needed; ``metrics_port`` 0: /metrics and /healthz on the main port."""
+
+    def __init__(self, *, api_key: str = "", token_ttl_s: float = 300.0, allowed_origins: str = "",
+                 sessions_per_minute: int = 0, sessions_per_address: int = 0, metrics_port: int = 0,
+                 peer_sessions: Callable[[], dict] | None = None) -> None:
+        self.keys = AccessKeys(api_key, token_ttl_s=token_ttl_s) if api_key else None
+        self.origins = OriginPolicy(allowed_origins)
+        self.limits = AddressLimits(per_minute=sessions_per_minute, open_per_address=sessions_per_address)
+        self.metrics_port = metrics_port
         self._peer_sessions = peer_sessions or dict
         self._peer_tickets: dict[str, Ticket] = {}
 
@@ -208,14 +209,13 @@ async def _echo_subprotocol(request: web.Request, response: web.StreamResponse) 
 ACCESS_GUARD = web.AppKey("access_guard", AccessGuard)
 
 
-def install_access_control(app: web.Application, settings: Settings, *,
-                           peer_sessions: Callable[[], dict] | None = None) -> AccessGuard:
+def install_access_control(app: web.Application, **options) -> AccessGuard:
     """Put the guard in front of ``app``'s routes and add ``POST /api/token`` and ``GET /api/access``.
 
-    ``peer_sessions`` returns the signaling registry's live sessions by pc_id (WebRTC
-    peers hold a per-address slot while they are in it).
+    ``options`` are AccessGuard's; its ``peer_sessions`` returns the signaling registry's
+    live sessions by pc_id (WebRTC peers hold a per-address slot while they are in it).
     """
-    guard = AccessGuard(settings, peer_sessions=peer_sessions)
+    guard = AccessGuard(**options)
     app[ACCESS_GUARD] = guard
     app.middlewares.append(guard.middleware)
     app.on_response_prepare.append(_echo_subprotocol)
