@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from duplex_agent.agent.app.livekit_worker import run_worker
 
+            if args.command == "dev":  # dev also serves the page and mints LiveKit tokens for it
+                warn_if_open(settings)
             return run_worker(settings, dev=args.command == "dev")
     except MissingModelError as exc:
         print(f"duplex-agent: {exc}", file=sys.stderr)
