@@ -51,13 +51,14 @@ def page_urls(settings: Settings) -> list[str]:
 
 
 async def serve(settings: Settings) -> None:
-    from duplex_agent.agent.app.server import build_app, start_http
+    from duplex_agent.agent.app.server import build_app, start_http, tls_context
 
     warn_if_open(settings)
+    ssl_context = tls_context(settings)  # before the models load: a bad certificate fails at once
     signals = ShutdownSignals()
     signals.install()
     backend = await start_backend(settings)
-    runner = await start_http(build_app(backend, settings), settings.host, settings.port)
+    runner = await start_http(build_app(backend, settings), settings.host, settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "

@@ -90,6 +90,23 @@ def tls_certificate(settings: Settings) -> ServerCertificate | None:
     return certificate
 
 
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server's TLS context from the settings (None: plain HTTP); for a self-signed
+    certificate, prints its fingerprint and what a phone will show. ValueError says what is wrong."""
+    try:
+        certificate = tls_certificate(settings)
+        if certificate is None:
+            return None
+        context = certificate.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot use the TLS certificate: {exc}") from None
+    if certificate.self_signed:
+        host, port = settings.host, settings.port
+        hosts = [host] if host not in ("0.0.0.0", "::", "") else [a for a in machine_addresses() if ":" not in a]
+        print(what_the_phone_shows(certificate, [f"https://{h}:{port}/" for h in hosts]), flush=True)
+    return context
+
+
 async def start_http(app: web.Application, host: str, port: int, *,
                      ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
     """Serve ``app`` on host:port; the caller cleans the returned runner up.
@@ -98,12 +115,8 @@ async def start_http(app: web.Application, host: str, port: int, *,
     --tls-self-signed); with --metrics-port, /metrics and /healthz are served there only.
     """
     settings = app.get(SETTINGS_KEY)
-    if ssl_context is None and settings is not None and settings.tls_enabled:
-        certificate = tls_certificate(settings)
-        if certificate.self_signed:
-            hosts = [host] if host not in ("0.0.0.0", "::", "") else [a for a in machine_addresses() if ":" not in a]
-            print(what_the_phone_shows(certificate, [f"https://{h}:{port}/" for h in hosts]), flush=True)
-        ssl_context = certificate.ssl_context()
+    if ssl_context is None and settings is not None:
+        ssl_context = tls_context(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()

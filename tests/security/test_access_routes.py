@@ -158,10 +158,10 @@ async def test_a_lone_credential_subprotocol_is_echoed(guarded_worker, api_key):
         await ws.close()
 
 
-async def test_a_fresh_token_signals_an_aiortc_peer(guarded_worker, api_key, host_address):
+@pytest.mark.parametrize("credential", ["key", "token"])
+async def test_the_key_and_a_fresh_token_signal_an_aiortc_peer(guarded_worker, api_key, host_address, credential):
     worker = await guarded_worker()
-    token = worker.guard.keys.mint()[0]
-    authorised = Authorised(worker.http, token)
+    authorised = Authorised(worker.http, api_key if credential == "key" else worker.guard.keys.mint()[0])
     peer = ClientPeer(host_address, lambda: (tone_48k(0.02) * 32767).astype("int16"))
     try:
         await peer.connect(authorised)

@@ -122,3 +122,14 @@ async def test_tls_self_signed_with_a_key_end_to_end(free_port, tmp_path, host_a
     for name in SECRET_VARIABLES:
         assert env[name] not in output, f"the worker's output shows {name}"  # ...never the secrets
     assert token not in output
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"], "No such file"),
+    (["--tls-cert", "/nonexistent/cert.pem"], "--tls-cert needs --tls-key"),
+])
+def test_a_bad_certificate_stops_the_worker_before_it_loads_models(flags, reason):
+    run = subprocess.run([*CLI, "serve", "--plugin", "reference", *flags], env=os.environ, cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and reason in run.stderr, run.stderr
+    assert "loading" not in run.stderr
