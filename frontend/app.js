@@ -51,7 +51,11 @@ function takeAccessToken() {
   return token;
 }
 
-const accessToken = takeAccessToken();
+let accessToken = takeAccessToken();
+window.addEventListener("hashchange", () => {  // a token link opened in the same tab
+  const token = takeAccessToken();
+  if (token) { accessToken = token; checkAccess(); }
+});
 
 function authHeaders(headers) {
   return accessToken ? {...headers, Authorization: "Bearer " + accessToken} : headers;
@@ -72,6 +76,7 @@ async function checkAccess() {
     const response = await fetch("/api/access", {cache: "no-store"});
     if (response.ok) access = await response.json();
   } catch { /* an older server: no access control */ }
+  showNotice("");
   if (access && access.key_required && !accessToken) {
     showNotice("This worker needs a session token. Open the link its operator gave you "
       + "(`duplex-agent token` prints one: it ends in #token=…).");

@@ -64,6 +64,12 @@ async def test_a_phone_talks_to_the_worker_over_https_with_a_session_token(
         browser = await asyncio.to_thread(
             Browser, fake_mic_wav=question_wav,
             extra_args=(PHONE_WINDOW, f"--ignore-certificate-errors-spki-list={spki}"))
+        await asyncio.to_thread(browser.open, f"{base}/")  # without a token: the page says what it needs
+        await asyncio.to_thread(browser.wait_for_text, "notice", "needs a session token", 10)
+        await asyncio.to_thread(browser.click, "connect")
+        await asyncio.to_thread(browser.wait_for_text, "error", "this route needs credentials", 30)
+        assert reference_backend.active_sessions == 0
+        await asyncio.to_thread(browser.screenshot, "security-phone-https-without-token")
         await asyncio.to_thread(browser.open, f"{base}/#token={token}")
         assert await asyncio.to_thread(browser.driver.execute_script, "return window.isSecureContext")
         assert token not in await asyncio.to_thread(lambda: browser.driver.current_url)  # taken out of the bar

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -38,6 +39,12 @@ def test_help_prints_no_secret(command):
         assert env[name] not in output, f"--help shows {name}"
     if command == ["serve"]:
         assert "--api-key SECRET" in output and "--tls-self-signed" in output
+
+
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Worker:
@@ -79,8 +86,14 @@ async def test_a_reachable_address_without_a_key_warns(free_port):
         pass
     assert worker.returncode == 0, worker.text()
     assert "WARNING: duplex-agent is serving 0.0.0.0 with NO API KEY" in worker.text()
-    async with Worker("--host", "0.0.0.0", "--port", str(free_port), "--allow-unauthenticated", env=env) as quiet:
-        pass
+    metrics_port = unused_port()
+    async with Worker("--host", "0.0.0.0", "--port", str(free_port), "--allow-unauthenticated",
+                      "--metrics-port", str(metrics_port), env=env) as quiet:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{metrics_port}/metrics") as scraped:
+                assert scraped.status == 200 and "duplex_sessions_active" in await scraped.text()
+            async with http.get(f"http://127.0.0.1:{free_port}/metrics") as main_port:
+                assert main_port.status == 404
     assert quiet.returncode == 0 and "NO API KEY" not in quiet.text()
 
 
