@@ -22,6 +22,22 @@ pytestmark = pytest.mark.skipif(chromium_missing_reason() is not None, reason=st
 PHONE_WINDOW = "--window-size=390,844"
 
 
+def wait_until_text(browser: Browser, element_id: str, condition, timeout: float) -> str:
+    """Wait until ``condition(text of the element)`` holds; returns the text."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser.driver, timeout, poll_frequency=0.1).until(lambda _: condition(browser.text(element_id)))
+    return browser.text(element_id)
+
+
+def as_phone(browser: Browser) -> Browser:
+    """A phone's viewport (390 x 844 CSS px, touch, mobile layout): headless windows are wider than phones."""
+    browser.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                   {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    browser.driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True})
+    return browser
+
+
 @pytest.fixture
 def question_wav(tmp_path):
     audio = speak("Please book a table for two people tonight.", 48000, before_ms=1000, after_ms=4000)
@@ -64,6 +80,7 @@ async def test_a_phone_talks_to_the_worker_over_https_with_a_session_token(
         browser = await asyncio.to_thread(
             Browser, fake_mic_wav=question_wav,
             extra_args=(PHONE_WINDOW, f"--ignore-certificate-errors-spki-list={spki}"))
+        await asyncio.to_thread(as_phone, browser)
         await asyncio.to_thread(browser.open, f"{base}/")  # without a token: the page says what it needs
         await asyncio.to_thread(browser.wait_for_text, "notice", "needs a session token", 10)
         await asyncio.to_thread(browser.click, "connect")
@@ -72,13 +89,16 @@ async def test_a_phone_talks_to_the_worker_over_https_with_a_session_token(
         await asyncio.to_thread(browser.screenshot, "security-phone-https-without-token")
         await asyncio.to_thread(browser.open, f"{base}/#token={token}")
         assert await asyncio.to_thread(browser.driver.execute_script, "return window.isSecureContext")
+        assert await asyncio.to_thread(browser.driver.execute_script, "return window.innerWidth") == 390
         assert token not in await asyncio.to_thread(lambda: browser.driver.current_url)  # taken out of the bar
         await asyncio.to_thread(browser.click, "connect")
         await asyncio.to_thread(browser.wait_for_text, "status", "Connected", 30)
-        transcript = await asyncio.to_thread(browser.wait_for_text, "transcript", "You said", 60)
+        await asyncio.to_thread(browser.wait_for_text, "transcript", "You said", 60)
         await asyncio.to_thread(browser.wait_for_text, "fig-turn", "ms", 30)
+        transcript = await asyncio.to_thread(wait_until_text, browser, "transcript",
+                                             lambda text: text.lower().count("table") == 2, 60)
         shot = await asyncio.to_thread(browser.screenshot, "security-phone-https-exchange")
-        assert "table" in transcript.lower(), transcript
+        assert transcript.lower().count("table") == 2, transcript  # the caller's words, and the echo
         assert shot.exists()
     finally:
         if browser is not None:
@@ -96,6 +116,7 @@ async def test_over_plain_http_on_the_lan_the_page_says_why_the_microphone_is_un
     runner = await _serve(backend, Settings(ice_address=host_address), free_port)
     browser = await asyncio.to_thread(Browser, fake_mic_wav=question_wav, extra_args=(PHONE_WINDOW,))
     try:
+        await asyncio.to_thread(as_phone, browser)
         await asyncio.to_thread(browser.open, f"http://{host_address}:{free_port}/")
         notice = await asyncio.to_thread(browser.wait_for_text, "notice", "microphone is unavailable", 10)
         assert "HTTPS" in notice and "--tls-self-signed" in notice
