@@ -10,6 +10,7 @@ BENCHMARKS = (
     ("bench.direct_path", []),
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),
+    ("bench.access_overhead", []),
 )
 
 
