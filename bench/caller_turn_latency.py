@@ -5,9 +5,9 @@ model, echo responder, in a process of its own) over direct WebRTC and speaks
 utterances in an espeak-ng voice the tests do not use: finished sentences, and
 sentences with a 300-400 ms pause in the middle. For each it measures, on its own
 side, from the frame holding the last speech sample leaving it to the first loud
-frame of the reply reaching it. The same call is made twice in one run, with the
-end-of-turn model on and off (``turn_detection.end_of_turn``, sent over the data
-channel). A mid-sentence pause that commits the turn before the sentence is over
+frame of the reply reaching it. Each utterance is said twice in the call, with the
+end-of-turn model off and on in alternating order (``turn_detection.end_of_turn``, sent
+over the data channel), so both modes meet the same load. A mid-sentence pause that commits the turn before the sentence is over
 is a false cut-in.
 
 In the same run, the caller calls a bare aiortc echo peer (another process) that
@@ -90,12 +90,7 @@ class Said:
     last_sent_at: float | None = None  # the frame holding the last speech sample left the caller
     heard_at: float | None = None  # the first loud frame of the reply reached the caller
     commits_before_end: int = 0  # turns committed while the sentence was still going on
-
-
-@dataclass
-class CallRun:
-    said: list[Said]
-    worker_turn_ms: dict | None  # the worker's own turn_ms figure (latency.turn_ms of its last metrics message)
+    worker_turn_ms: float | None = None  # the worker's own turn_ms figure for this turn
 
 
 class Mic:
@@ -269,44 +264,54 @@ async def echo_round_trips(url: str, address: str, clips: list[np.ndarray]) -> l
 # ---- the worker's turns ----
 
 
-async def speak_turns(url: str, address: str, utterances: list[Utterance], end_of_turn: bool) -> CallRun:
+async def speak_turns(url: str, address: str, utterances: list[Utterance]) -> dict[bool, list[Said]]:
+    """Each utterance twice in one call, the end-of-turn model off and on, in alternating
+    order (A/B under the same load); the page's session.update switches the model."""
     caller = CallerPeer(address)
     async with aiohttp.ClientSession() as http:
         await caller.connect(http, url)
-    said: list[Said] = []
+    said: dict[bool, list[Said]] = {False: [], True: []}
+    mode: bool | None = None
     try:
-        # The page's session.update sets the end-of-turn model on or off.
-        mark = len(caller.events)
-        caller.send({"type": "session.update", "session": {"turn_detection": {
-            "type": "server_vad", "end_of_turn": end_of_turn}}})
-        if not await caller.until(lambda: any(e["type"] == "session.updated" for _, e in caller.events[mark:]), 10):
-            raise RuntimeError("the worker did not confirm session.update")
-        for utterance in utterances:
-            record = Said(utterance, started_at=time.perf_counter())
-            events_before, heard_before = len(caller.events), len(caller.loud_at)
-            caller.mic.say(np.concatenate([np.zeros(RATE // 5, np.float32), utterance.audio]))
-            await caller.until(lambda: caller.mic.last_speech_sent_at is not None, 30)
-            record.last_sent_at = caller.mic.last_speech_sent_at
-            record.commits_before_end = sum(
-                1 for at, e in caller.events[events_before:]
-                if e["type"] == "input_audio_buffer.committed" and at < (record.last_sent_at or 0))
-            heard = [t for t in caller.loud_at[heard_before:] if t > (record.last_sent_at or 0)]
-            if heard or await caller.until(
-                    lambda: any(t > record.last_sent_at for t in caller.loud_at[heard_before:]), 10):
-                record.heard_at = next(t for t in caller.loud_at[heard_before:] if t > record.last_sent_at)
-            said.append(record)
-            # Next utterance once the agent has finished speaking and gone back to listening.
-            done_from = len(caller.events)
-            await caller.until(lambda: any(e["type"] == "agent.state" and e.get("state") == "listening"
-                                           for _, e in caller.events[done_from:]), 20)
-            quiet_from = len(caller.loud_at)
-            await caller.until(lambda: len(caller.loud_at) > quiet_from, 0.4)  # a gap between turns
-        metrics_from = len(caller.events)
-        await caller.until(lambda: any(e["type"] == "metrics" for _, e in caller.events[metrics_from:]), 3)
+        for i, utterance in enumerate(utterances):
+            for end_of_turn in ((False, True) if i % 2 == 0 else (True, False)):
+                if end_of_turn != mode:
+                    mark = len(caller.events)
+                    caller.send({"type": "session.update", "session": {"turn_detection": {
+                        "type": "server_vad", "end_of_turn": end_of_turn}}})
+                    if not await caller.until(
+                            lambda: any(e["type"] == "session.updated" for _, e in caller.events[mark:]), 10):
+                        raise RuntimeError("the worker did not confirm session.update")
+                    mode = end_of_turn
+                said[end_of_turn].append(await say_one(caller, utterance))
     finally:
         await caller.close()
-    metrics = [e for _, e in caller.events if e["type"] == "metrics"]
-    return CallRun(said, metrics[-1]["latency"]["turn_ms"] if metrics else None)
+    return said
+
+
+async def say_one(caller: CallerPeer, utterance: Utterance) -> Said:
+    record = Said(utterance, started_at=time.perf_counter())
+    events_before, heard_before = len(caller.events), len(caller.loud_at)
+    caller.mic.say(np.concatenate([np.zeros(RATE // 5, np.float32), utterance.audio]))
+    await caller.until(lambda: caller.mic.last_speech_sent_at is not None, 30)
+    record.last_sent_at = caller.mic.last_speech_sent_at or time.perf_counter()
+    record.commits_before_end = sum(1 for at, e in caller.events[events_before:]
+                                    if e["type"] == "input_audio_buffer.committed" and at < record.last_sent_at)
+    reply = lambda: [t for t in caller.loud_at[heard_before:] if t > record.last_sent_at]  # noqa: E731
+    if await caller.until(lambda: bool(reply()), 10):
+        record.heard_at = reply()[0]
+        # Next utterance once the agent has finished speaking and gone back to listening.
+        done_from = len(caller.events)
+        await caller.until(lambda: any(e["type"] == "agent.state" and e.get("state") == "listening"
+                                       for _, e in caller.events[done_from:]), 20)
+        # The worker's own figure for this turn, from its next metrics message.
+        metrics_from = len(caller.events)
+        if await caller.until(lambda: any(e["type"] == "metrics" for _, e in caller.events[metrics_from:]), 3):
+            metrics = [e for _, e in caller.events[metrics_from:] if e["type"] == "metrics"][-1]
+            record.worker_turn_ms = metrics["latency"]["turn_ms"]["last"]
+    quiet_from = len(caller.loud_at)
+    await caller.until(lambda: len(caller.loud_at) > quiet_from, 0.4)  # a gap between turns
+    return record
 
 
 # ---- setup and report ----
@@ -351,12 +356,11 @@ def fmt(values: list[float]) -> str:
     return f"p50 {statistics.median(values):6.0f} ms  p95 {percentile(values, 95):6.0f} ms  (n={len(values)})"
 
 
-def report(voice: str, echo: list[float], runs: dict[bool, CallRun]) -> None:
+def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
     floor = statistics.median(echo) if echo else float("nan")
     print(f"\nvoice: espeak-ng {voice}; responder: echo; direct WebRTC (aiortc both ends)")
     print(f"  echo peer round trip (transport floor):         {fmt(echo)}")
-    for end_of_turn, call in runs.items():
-        said = call.said
+    for end_of_turn, said in runs.items():
         name = "end-of-turn model on " if end_of_turn else "end-of-turn model off"
         finished = [1000.0 * (s.heard_at - s.last_sent_at) for s in said
                     if not s.utterance.paused and s.heard_at and s.last_sent_at]
@@ -368,15 +372,15 @@ def report(voice: str, echo: list[float], runs: dict[bool, CallRun]) -> None:
         print(f"      minus the echo floor: p50 {p50 - floor:6.0f} ms   (goal <= {GOAL_MS:.0f} ms)")
         print(f"      false cut-ins on mid-sentence pauses (300-400 ms): {cut_ins}/{len(paused)}"
               f"   unanswered utterances: {unanswered}")
-        if call.worker_turn_ms:
-            print(f"      the worker's own turn_ms (end of speech at its input -> first frame out), all turns: "
-                  f"median {call.worker_turn_ms['median']} ms (n={call.worker_turn_ms['count']})")
+        worker = [s.worker_turn_ms for s in said if not s.utterance.paused and s.worker_turn_ms is not None]
+        print(f"      the worker's own turn_ms (end of speech at its input -> first frame out): {fmt(worker)}")
 
 
 async def run(args: argparse.Namespace) -> None:
     address = args.ice_address or interface_ipv4()
     finished, paused = (5, 3) if args.quick else (12, 8)
-    print(f"== caller-side turn latency: {finished} finished + {paused} paused utterances per mode ==", flush=True)
+    print(f"== caller-side turn latency: {finished} finished + {paused} paused utterances, each with the "
+          "end-of-turn model off and on ==", flush=True)
     utterances = build_utterances(args.voice, finished, paused, args.seed)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     worker_port, echo_port = free_port(), free_port()
@@ -393,11 +397,8 @@ async def run(args: argparse.Namespace) -> None:
         await wait_http(worker_url, "/healthz", 180)
         clips = [u.audio for u in utterances if not u.paused][: 5 if args.quick else 10]
         echo_trips = await echo_round_trips(echo_url, address, clips)
-        runs: dict[bool, CallRun] = {}
-        for end_of_turn in (False, True):
-            print(f"   ... calling with the end-of-turn model {'on' if end_of_turn else 'off'}", flush=True)
-            runs[end_of_turn] = await speak_turns(worker_url, address, utterances, end_of_turn)
-        report(args.voice, echo_trips, runs)
+        print("   ... calling the worker: each utterance with the end-of-turn model off and on", flush=True)
+        report(args.voice, echo_trips, await speak_turns(worker_url, address, utterances))
     finally:
         if echo.stdin:
             echo.stdin.close()
