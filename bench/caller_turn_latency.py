@@ -382,7 +382,8 @@ async def run(args: argparse.Namespace) -> None:
     print(f"== caller-side turn latency: {finished} finished + {paused} paused utterances, each with the "
           "end-of-turn model off and on ==", flush=True)
     utterances = build_utterances(args.voice, finished, paused, args.seed)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "DUPLEX_API_KEY"}  # a local worker, no key
+    env["HF_HUB_OFFLINE"] = "1"
     worker_port, echo_port = free_port(), free_port()
     worker = subprocess.Popen(
         [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--host", "127.0.0.1", "--port",

@@ -75,7 +75,8 @@ class TurnDetector:
         self.threshold = threshold
         self.silence_ms = float(silence_ms)
         self._probe_at_ms = max(vad.window_ms, self.silence_ms - PROBE_LEAD_MS)
-        self._recent = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)
+        self._recent = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)  # a ring: the last 1.2 s
+        self._write = 0  # where the next sample goes
         self._probe: Future[float] | None = None
         self._probed_pause: float | None = None  # speech_end_ms of the pause asked about
         self.last_probability: float | None = None
@@ -122,9 +123,9 @@ class TurnDetector:
         """Consume mono float32 16 kHz audio; return the VAD's events, early ends included."""
         samples = np.asarray(samples, dtype=np.float32)
         events = self.vad.push(samples)
+        self._remember(samples)
         if self._model is None:
             return events
-        self._remember(samples)
         if self.vad.silence_ms == 0.0 or self._probed_pause != self.vad.speech_end_ms:
             self._probe = None  # speech resumed or the turn ended: that answer is moot
         if self._probe is not None and self._probe.done():
@@ -135,13 +136,15 @@ class TurnDetector:
         if (self._probe is None and self._probed_pause != self.vad.speech_end_ms
                 and self.vad.silence_ms >= self._probe_at_ms):
             self._probed_pause = self.vad.speech_end_ms
-            self._probe = self._model.ask(self._recent.copy())
+            self._probe = self._model.ask(np.roll(self._recent, -self._write))  # oldest first
         return events
 
     def _remember(self, samples: np.ndarray) -> None:
-        n = min(samples.size, CONTEXT_SAMPLES)
-        self._recent = np.roll(self._recent, -n)
-        self._recent[-n:] = samples[-n:]
+        samples = samples[-CONTEXT_SAMPLES:]
+        first = min(samples.size, CONTEXT_SAMPLES - self._write)
+        self._recent[self._write : self._write + first] = samples[:first]
+        self._recent[: samples.size - first] = samples[first:]
+        self._write = (self._write + samples.size) % CONTEXT_SAMPLES
 
     def _answer(self, probe: Future[float]) -> VadEvent | None:
         try:
