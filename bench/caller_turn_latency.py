@@ -39,7 +39,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 
 from bench.stats import percentile
 from bench.webrtc_callers import LOUD_RMS, offer_and_connect
-from devtools.speech import espeak, pause_inside
+from devtools.speech import espeak, pause_inside, speak
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
@@ -340,11 +340,15 @@ async def wait_http(url: str, path: str, timeout: float) -> None:
 
 def build_utterances(voice: str, finished: int, paused: int, seed: int) -> list[Utterance]:
     rng = random.Random(seed)
-    out = [Utterance(text, espeak(text, RATE, voice=voice), False) for text in FINISHED[:finished]]
+
+    def say(text: str) -> np.ndarray:
+        return speak(text, RATE) if voice == "piper" else espeak(text, RATE, voice=voice)
+
+    out = [Utterance(text, say(text), False) for text in FINISHED[:finished]]
     for before, after in PAUSED[:paused]:
         text = f"{before} {after}"
         pause_ms = rng.uniform(300, 400)
-        audio = pause_inside(espeak(text, RATE, voice=voice), RATE, len(before) / len(text), pause_ms)
+        audio = pause_inside(say(text), RATE, len(before) / len(text), pause_ms)
         out.append(Utterance(text, audio, True, pause_ms))
     rng.shuffle(out)
     return out
@@ -358,7 +362,8 @@ def fmt(values: list[float]) -> str:
 
 def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
     floor = statistics.median(echo) if echo else float("nan")
-    print(f"\nvoice: espeak-ng {voice}; responder: echo; direct WebRTC (aiortc both ends)")
+    print(f"\nvoice: {'Piper joe' if voice == 'piper' else 'espeak-ng ' + voice}; responder: echo; "
+          "direct WebRTC (aiortc both ends)")
     print(f"  echo peer round trip (transport floor):         {fmt(echo)}")
     for end_of_turn, said in runs.items():
         name = "end-of-turn model on " if end_of_turn else "end-of-turn model off"
@@ -414,7 +419,9 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="8 utterances per mode instead of 20")
-    parser.add_argument("--voice", default="en-gb-x-rp+m3", help="espeak-ng voice (the tests use en-us and en-gb+f3)")
+    parser.add_argument("--voice", default="en-gb-x-rp+m3",
+                        help="espeak-ng voice (the tests use en-us and en-gb+f3), or 'piper' (the tests' voice, "
+                             "whose prosody the end-of-turn model reads far better)")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--ice-address", default="", help="local address for ICE (default: this machine's interface)")
     parser.add_argument("--serve-echo", type=int, default=0, help=argparse.SUPPRESS)
