@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from devtools.speech import speak, words
 from duplex_agent.plugins.reference.asr import WhisperRecognizer
@@ -44,16 +45,19 @@ def units(audio: np.ndarray) -> list[np.ndarray]:
     return [audio[i : i + UNIT] for i in range(0, audio.size, UNIT)]
 
 
-def monologue(sentences: int, pause_ms: int = 300) -> np.ndarray:
-    loud = (np.sin(np.arange(SR) * 2 * np.pi * 220 / SR) * 0.3).astype(np.float32)
+def monologue(sentences: int, pause_ms: int = 300, sentence_s: float = 1.0) -> np.ndarray:
+    loud = (np.sin(np.arange(int(SR * sentence_s)) * 2 * np.pi * 220 / SR) * 0.3).astype(np.float32)
     pause = np.zeros(SR * pause_ms // 1000, np.float32)
     return np.concatenate([part for _ in range(sentences) for part in (loud, pause)])
 
 
-async def test_a_monologue_is_transcribed_once_and_one_piece_at_a_time():
+@pytest.mark.parametrize("sentence_s, most_work", [(3.5, 1.0), (1.0, 2.5)], ids=["long-pieces", "short-pieces"])
+async def test_a_monologue_is_transcribed_about_once_and_one_piece_at_a_time(sentence_s, most_work):
+    """Pieces of 3 s or more are transcribed once; shorter guesses are redone with more
+    context, which costs at most a few seconds per piece (the old way: ~n/2 times the audio)."""
     fake = CountingTranscriber()
     transcript = SpeculativeTranscript(fake, SR)
-    audio = monologue(10)
+    audio = monologue(10, sentence_s=sentence_s)
     for i, unit in enumerate(units(audio)):
         transcript.add(unit)
         await asyncio.sleep(0)  # let a started transcription reach the transcriber
@@ -66,8 +70,9 @@ async def test_a_monologue_is_transcribed_once_and_one_piece_at_a_time():
         fake.release_all()
     text = text_task.result()
     assert fake.most_at_once == 1
-    assert fake.samples <= audio.size  # the old way: about 10/2 times the audio
-    assert text.split() == [f"piece{i}" for i in range(1, len(fake.calls) + 1)]
+    assert fake.samples <= most_work * audio.size
+    numbers = [int(part.removeprefix("piece")) for part in text.split()]
+    assert numbers == sorted(set(numbers)) and numbers[-1] == len(fake.calls)  # pieces in order, none twice
     assert transcript.transcriptions == len(fake.calls) >= 2
 
 
