@@ -35,7 +35,7 @@ def build_app(
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_page)
-    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s).register(app)
+    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
     if with_webrtc:
         from duplex_agent.frontend import register_frontend_routes
         from duplex_agent.webrtc.direct.host_address import interface_ipv4
