@@ -1,0 +1,287 @@
+"""The input pipeline: the caller's audio on its way to the model.
+
+One append: check -> resample to the model rate -> server VAD (turn mode passes
+only speech and its prefix) -> append buffer (whole units) -> plugin plan ->
+engine submit. Commits close a user turn and queue it for a response; silence
+units keep a continuous model's turn going while the caller is quiet.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadStream
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import StreamingResampler
+from duplex_agent.agent.protocol.session_config import session_config_dict
+from duplex_agent.agent.session.core import SessionCore
+from duplex_agent.agent.session.responses import ResponseManager
+from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
+from duplex_agent.agent.session.stage_router import StageRouter
+from duplex_agent.plugins.contract import PcmAppendReservation
+from duplex_agent.plugins.contract.engine import EngineSubmitError
+
+VAD_RATE = 16000
+
+
+class AppendFailed(RuntimeError):
+    """The engine refused input; the runner drops the appends queued behind it."""
+
+
+class InputPipeline:
+    def __init__(
+        self,
+        core: SessionCore,
+        responses: ResponseManager,
+        router: StageRouter,
+        silence: SilenceContinuation,
+        *,
+        vad_model: SileroVadModel | None,
+    ) -> None:
+        self._core = core
+        self._responses = responses
+        self._router = router
+        self._silence = silence
+        self._vad_model = vad_model
+        self._resampler: StreamingResampler | None = None
+        self._vad_settings: VadSettings | None = None
+        self._vad: VadStream | None = None
+        self._vad_resampler: StreamingResampler | None = None
+        self._prefix: deque[np.ndarray] = deque()
+        self._prefix_samples = 0
+        self._append_seq = 0
+        self._input_item_id: str | None = None
+
+    def configure(self, *, first: bool) -> None:
+        """Follow the session's config: the input resampler (once) and server VAD."""
+        core = self._core
+        if first:
+            self._resampler = StreamingResampler(core.config.input_sample_rate, core.capabilities.input_sample_rate)
+        turn_detection = core.config.turn_detection
+        settings = VadSettings.from_dict(turn_detection) if turn_detection else None
+        core.auto_responds = bool(settings and settings.create_response)
+        if settings == self._vad_settings:
+            return
+        self._vad_settings = settings
+        self._vad = None
+        if settings is None:
+            return
+        if self._vad_model is None:
+            self._vad_model = SileroVadModel.shared()
+        self._vad = settings.new_stream(self._vad_model, sample_rate=VAD_RATE)
+        self._vad_resampler = StreamingResampler(core.capabilities.input_sample_rate, VAD_RATE)
+
+    # ---- appends ----
+
+    async def append(self, command: p.InputAudioBufferAppend) -> None:
+        core = self._core
+        samples = command.audio
+        rate = core.config.input_sample_rate
+        if command.sample_rate_hz not in (None, rate):
+            raise p.ProtocolError("sample_rate_mismatch", f"this session's input is {rate} Hz, "
+                                  f"the append says {command.sample_rate_hz} Hz", event_id=command.event_id)
+        if len(samples) > core.limits.max_append_samples(rate):
+            raise p.ProtocolError("audio_frame_too_large", "one append may carry at most "
+                                  f"{core.limits.max_append_ms} ms of audio", event_id=command.event_id)
+        assert self._resampler is not None
+        audio = self._resampler.process(samples)
+        if audio.size == 0:
+            return
+        pending = core.state.audio_buffer.pending_byte_count + audio.size * 4
+        if pending > core.limits.max_buffered_bytes(core.capabilities.input_sample_rate):
+            raise p.ProtocolError("input_backpressure", "the model is not taking input fast enough",
+                                  event_id=command.event_id)
+        core.state.input_since_commit = True
+        if self._vad is None:
+            await self._feed(audio)
+            return
+        await self._vad_route(audio)
+
+    async def _vad_route(self, audio: np.ndarray) -> None:
+        """Run server VAD; in turn mode, pass only speech (plus its prefix) to the model."""
+        assert self._vad is not None and self._vad_resampler is not None and self._vad_settings is not None
+        was_speaking = self._vad.speaking
+        vad_events = self._vad.push(self._vad_resampler.process(audio))
+        continuous = self._core.continuous
+        speaking_now = was_speaking
+        feed_now = continuous or was_speaking
+        for vad_event in vad_events:
+            if vad_event.kind == "speech_started":
+                speaking_now = True
+                await self._on_speech_started(vad_event.audio_ms)
+                if not continuous:
+                    await self._feed_prefix()
+                    feed_now = True
+            else:
+                speaking_now = False
+                if feed_now:
+                    await self._feed(audio)
+                    feed_now = False
+                audio = np.zeros(0, dtype=np.float32)
+                await self._on_speech_stopped(vad_event.audio_ms)
+        if audio.size and feed_now:
+            await self._feed(audio)
+        elif audio.size and not speaking_now:
+            self._remember_prefix(audio)
+
+    def _remember_prefix(self, audio: np.ndarray) -> None:
+        assert self._vad_settings is not None
+        keep = int(self._core.capabilities.input_sample_rate * (self._vad_settings.prefix_padding_ms + 100) / 1000)
+        self._prefix.append(audio)
+        self._prefix_samples += audio.size
+        while self._prefix and self._prefix_samples - self._prefix[0].size >= keep:
+            self._prefix_samples -= self._prefix.popleft().size
+
+    async def _feed_prefix(self) -> None:
+        if self._prefix:
+            audio = np.concatenate(list(self._prefix))
+            self._prefix.clear()
+            self._prefix_samples = 0
+            await self._feed(audio)
+
+    async def _on_speech_started(self, audio_ms: float) -> None:
+        core = self._core
+        assert self._vad_settings is not None
+        core.state.speech_since_commit = True
+        self._input_item_id = self._input_item_id or core.new_id("item")
+        start = max(0.0, audio_ms - self._vad_settings.prefix_padding_ms)
+        core.emit(p.SpeechStarted(start, self._input_item_id))
+        if (
+            core.config.overlap_policy == "barge_in"
+            and self._vad_settings.interrupt_response
+            and core.capabilities.supports_barge_in
+            and not core.capabilities.handles_overlap
+        ):
+            await self._responses.cancel("barge_in")
+
+    async def _on_speech_stopped(self, audio_ms: float) -> None:
+        assert self._vad_settings is not None
+        self._core.emit(p.SpeechStopped(audio_ms, self._input_item_id or self._core.new_id("item")))
+        if not self._core.continuous:
+            await self.commit(None, create_response=self._vad_settings.create_response)
+
+    async def _feed(self, audio: np.ndarray, *, silence_deadline: float | None = None) -> None:
+        """Hand model-rate audio to the append buffer and submit the whole units it emits.
+
+        ``silence_deadline`` marks a silence-continuation unit and the deadline it was due at.
+        """
+        core = self._core
+        self._append_seq += 1
+        reservation = core.state.audio_buffer.prepare_append(
+            {"audio": audio.astype("<f4").tobytes(), "sample_rate": core.capabilities.input_sample_rate},
+            operation_id=f"append-{self._append_seq}",
+            chunk_period_ms=round(core.capabilities.unit_ms),
+            allow_emit=True,
+        )
+        if reservation is not None:
+            await self._submit(reservation, final=False, silence_deadline=silence_deadline)
+        if silence_deadline is None:
+            self._silence.anchor()
+
+    async def continue_with_silence(self, tick: SilenceTick) -> None:
+        core = self._core
+        if not self._silence.is_current(tick) or not core.configured:
+            return
+        core.state.continuation_owner_id = core.input_request_id
+        try:
+            await self._feed(np.zeros(core.plugin.silence_continuation_samples, dtype=np.float32),
+                             silence_deadline=tick.deadline)
+        finally:
+            self._silence.advance(tick)  # a failed submit must not stall the schedule
+
+    def _open_input_request(self) -> tuple[str, bool]:
+        """The stage-0 request taking this input: per epoch (continuous) or per turn."""
+        core = self._core
+        if core.input_request_id is None:
+            scope = f"e{core.epoch}" if core.continuous else f"t{core.committed_turns + 1}"
+            core.input_request_id = f"{core.session_id}-{scope}-in-{core.next_serial()}"
+            return core.input_request_id, True
+        return core.input_request_id, False
+
+    async def _submit(self, reservation: PcmAppendReservation, *, final: bool,
+                      silence_deadline: float | None = None) -> str:
+        core = self._core
+        request_id, opened = self._open_input_request()
+        payload = dict(reservation.payload or {})
+        payload["duplex_turn_id"] = core.committed_turns + (0 if core.continuous else 1)
+        if silence_deadline is not None:
+            payload["duplex_silence_deadline"] = silence_deadline
+        runtime = core.plugin.prepare_prompt_config(dict(core.runtime_config), state=core.state, payload=payload)
+        plan = await core.plugin.prepare_append_plan(
+            request_id=request_id,
+            fence=core.fence,
+            session_config=session_config_dict(core.config),
+            runtime_config=runtime,
+            seq=self._append_seq,
+            turn_seq=core.turn_id,
+            payload=payload,
+            final=final,
+            sampling_params=core.sampling[0] if core.sampling else None,
+        )
+        try:
+            await core.engine.submit(plan)
+        except EngineSubmitError as exc:
+            reservation.rollback()
+            if opened:
+                core.input_request_id = None
+            raise AppendFailed(str(exc)) from exc
+        reservation.commit()
+        if opened and core.continuous:
+            self._router.watch(request_id, plan.stage_id, None)
+        return request_id
+
+    # ---- turns ----
+
+    def clear(self) -> None:
+        core = self._core
+        core.state.audio_buffer.clear()
+        core.state.clear_committed_audio()
+        core.state.input_since_commit = False
+        core.state.speech_since_commit = False
+        self._prefix.clear()
+        self._prefix_samples = 0
+        if self._vad is not None:
+            self._vad.reset()
+        if not core.continuous and core.input_request_id is not None:
+            core.spawn(core.engine.abort([core.input_request_id]))
+            core.input_request_id = None
+
+    async def commit(self, event_id: str | None, *, create_response: bool = True) -> None:
+        core = self._core
+        if core.continuous:
+            raise p.ProtocolError("commit_not_supported", "this model listens continuously; nothing to commit",
+                                  event_id=event_id)
+        if not core.state.input_since_commit and not core.state.audio_buffer.has_pending() \
+                and core.input_request_id is None:
+            raise p.ProtocolError("input_audio_buffer_commit_empty", "there is no input audio to commit",
+                                  event_id=event_id)
+        if len(self._responses.pending_turns) >= core.limits.max_pending_turns:
+            self.clear()
+            raise p.ProtocolError("input_backpressure", "too many user turns are waiting for a response",
+                                  event_id=event_id)
+        item_id = self._input_item_id or core.new_id("item")
+        previous = self._responses.add_user_item(item_id)
+        core.emit(p.InputAudioBufferCommitted(item_id, previous))
+        reservation = core.state.audio_buffer.prepare_commit(
+            operation_id=f"commit-{self._append_seq}", chunk_period_ms=round(core.capabilities.unit_ms)
+        )
+        request_id = await self._submit(reservation, final=True)
+        core.input_request_id = None
+        core.committed_turns += 1
+        core.state.input_since_commit = False
+        core.state.speech_since_commit = False
+        self._input_item_id = None
+        self._responses.queue_turn(core.committed_turns, item_id, request_id)
+        if create_response:
+            self._responses.start_next_turn()
+        else:
+            core.state.deferred_response_create = True
+
+    def response_create(self, command: p.ResponseCreate) -> None:
+        if not self._responses.pending_turns:
+            raise p.ProtocolError("no_committed_input", "commit input audio before response.create",
+                                  event_id=command.event_id)
+        self._core.state.deferred_response_create = False
+        self._responses.start_next_turn()

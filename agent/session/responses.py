@@ -1,0 +1,186 @@
+"""The response manager: which response is speaking, the turns waiting for one,
+the conversation history, and the cancel sequence.
+
+A response opens for the oldest committed turn once the one before it is done.
+Cancelling advances the epoch and aborts the old epoch's requests. Playback
+acknowledgements and truncations cut an assistant item to what was heard, and
+at each turn boundary the model keeps only those words.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.session.core import SessionCore
+from duplex_agent.agent.session.ledger import ResponseLedger
+from duplex_agent.plugins.contract import DuplexFence
+
+
+@dataclass(slots=True)
+class HistoryItem:
+    item_id: str
+    role: str
+    text: str = ""
+    ledger: ResponseLedger | None = None
+    committed_to_model: bool = False
+
+    @property
+    def heard_text(self) -> str:
+        return self.ledger.heard_text() if self.ledger is not None else self.text
+
+
+@dataclass(slots=True)
+class ActiveResponse:
+    response_id: str
+    item_id: str
+    turn_id: int
+    fence: DuplexFence
+    ledger: ResponseLedger
+    request_ids: set[str] = field(default_factory=set)
+    spoke: bool = False
+    audio_done: bool = False
+
+
+#: Watch a stage request's outputs: (request id, stage id, the response it serves or None).
+WatchRequest = Callable[[str, int, "ActiveResponse | None"], None]
+
+
+class ResponseManager:
+    def __init__(self, core: SessionCore) -> None:
+        self._core = core
+        #: Set by the runner once the stage router exists (the router needs this manager first).
+        self.watch: WatchRequest | None = None
+        self.active: ActiveResponse | None = None
+        self.last: ActiveResponse | None = None
+        #: Committed user turns whose input is closed, waiting for their response: (turn, item, request).
+        self.pending_turns: deque[tuple[int, str, str]] = deque()
+        self.history: list[HistoryItem] = []
+        self._user_items_by_turn: dict[int, str] = {}
+
+    # ---- turns ----
+
+    def add_user_item(self, item_id: str) -> str | None:
+        """A user item enters history; returns the item before it, if any."""
+        previous = self.history[-1].item_id if self.history else None
+        self.history.append(HistoryItem(item_id, "user"))
+        return previous
+
+    def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
+        self.pending_turns.append((turn_id, item_id, request_id))
+
+    def start_next_turn(self) -> None:
+        """Open the response of the oldest waiting turn, unless a response is running."""
+        if self.active is not None or not self.pending_turns:
+            return
+        turn_id, item_id, request_id = self.pending_turns.popleft()
+        self.commit_model_context()
+        self._core.turn_id = turn_id
+        response = self.open(turn_id)
+        response.request_ids.add(request_id)
+        self._user_items_by_turn[turn_id] = item_id
+        assert self.watch is not None
+        self.watch(request_id, 0, response)
+
+    def user_transcript(self, turn_id: int, transcript: str) -> None:
+        item_id = self._user_items_by_turn.get(turn_id)
+        item = next((i for i in self.history if i.item_id == item_id), None)
+        if item is not None:
+            item.text = transcript
+        self._core.emit(p.InputTranscriptionCompleted(item_id or self._core.new_id("item"), transcript))
+
+    # ---- one response ----
+
+    def open(self, turn_id: int) -> ActiveResponse:
+        core = self._core
+        response_id = core.new_id("resp")
+        item_id = core.new_id("item")
+        ledger = ResponseLedger(response_id, item_id)
+        response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger)
+        self.active = response
+        self.last = response
+        self.history.append(HistoryItem(item_id, "assistant", ledger=ledger))
+        core.emit(p.ResponseCreated(response_id, item_id))
+        return response
+
+    def finish(self, response: ActiveResponse, status: str, reason: str = "") -> None:
+        if self.active is not response:
+            return
+        self.active = None
+        emit = self._core.emit
+        if not response.audio_done and response.ledger.generated_ms > 0:
+            response.audio_done = True
+            emit(p.ResponseAudioDone(response.response_id, response.item_id))
+            emit(p.ResponseTranscriptDone(response.response_id, response.item_id, response.ledger.full_text()))
+        emit(p.ResponseDone(response.response_id, status, reason, audio_ms=response.ledger.sent_ms))
+        if status == "completed":
+            self.start_next_turn()
+
+    async def cancel(self, reason: str) -> bool:
+        """The cancel sequence: epoch + 1, abort the old epoch's requests, tell the client."""
+        response = self.active
+        if response is None:
+            return False
+        core = self._core
+        core.epoch += 1
+        self.active = None
+        stale = set(response.request_ids)
+        if core.continuous and core.input_request_id is not None:
+            stale.add(core.input_request_id)
+            core.input_request_id = None
+            core.state.audio_buffer.clear_force_listen()
+        await core.engine.abort(stale)
+        for request_id in stale:
+            core.plugin.data_plane.close_stream(request_id)
+        response.ledger.interrupt()
+        core.emit(p.ResponseDone(response.response_id, "cancelled", reason, audio_ms=response.ledger.sent_ms))
+        if response.ledger.unplayed_ms > 0:
+            core.emit(p.OutputAudioBufferCleared(response.response_id))
+        return True
+
+    # ---- client commands ----
+
+    async def response_cancel(self, command: p.ResponseCancel) -> None:
+        active, last = self.active, self.last
+        if active is not None and command.response_id in (None, active.response_id):
+            await self.cancel(command.reason)
+        elif last is not None and command.response_id in (None, last.response_id):
+            # Generation had finished but its audio may still be playing at the edge.
+            last.ledger.interrupt()
+            self._core.emit(p.OutputAudioBufferCleared(last.response_id))
+        elif command.response_id:
+            raise p.ProtocolError("response_not_found", f"no response {command.response_id!r}",
+                                  event_id=command.event_id)
+        else:
+            raise p.ProtocolError("response_cancel_not_active", "no response to cancel", event_id=command.event_id)
+
+    async def output_clear(self) -> None:
+        target = self.active or self.last
+        if not await self.cancel("output_cleared") and target is not None:
+            target.ledger.interrupt()
+        self._core.emit(p.OutputAudioBufferCleared(target.response_id if target else None))
+
+    def truncate(self, command: p.ConversationItemTruncate) -> None:
+        item = next((i for i in self.history if i.item_id == command.item_id and i.ledger), None)
+        if item is None or item.ledger is None:
+            raise p.ProtocolError("item_not_found", f"no assistant item {command.item_id!r}", event_id=command.event_id)
+        item.ledger.acknowledge(command.audio_end_ms)
+        item.ledger.interrupt()
+
+    def playback_ack(self, command: p.PlaybackAck) -> None:
+        item = next((i for i in reversed(self.history) if i.ledger and i.ledger.response_id == command.response_id),
+                    None)
+        if item is None or item.ledger is None:
+            raise p.ProtocolError("response_not_found", f"no response {command.response_id!r}",
+                                  event_id=command.event_id)
+        item.ledger.acknowledge(command.played_ms)
+
+    def commit_model_context(self) -> None:
+        """At a turn boundary, the model keeps only the assistant words the caller heard."""
+        speaking = self.active.ledger if self.active else None
+        for item in self.history:
+            if item.role == "assistant" and not item.committed_to_model and item.ledger is not speaking:
+                item.committed_to_model = True
+                self._core.plugin.commit_model_context(session_id=self._core.session_id, assistant_text=item.heard_text)

@@ -1,0 +1,185 @@
+"""The stage router: where a stage's outputs go.
+
+Each watched stage request streams its outputs back; an output of an older
+epoch is dropped. A current one goes through the plugin's decision (listen,
+speak, finish), to the client through the data plane when it is the final
+stage's (or the plugin projects it), and on to the next stage's request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.session.core import SessionCore
+from duplex_agent.agent.session.ledger import TextMark
+from duplex_agent.agent.session.responses import ActiveResponse, ResponseManager
+from duplex_agent.plugins.contract import DuplexAppendPlan, DuplexFence, PartialStageForward
+from duplex_agent.plugins.contract.engine import EngineSubmitError, StageOutput
+
+
+@dataclass(slots=True)
+class StageStream:
+    """Runner-side state of one stage request."""
+
+    request_id: str
+    stage_id: int
+    fence: DuplexFence
+    turn_id: int
+    response: ActiveResponse | None
+    req_state: dict[str, Any] = field(default_factory=dict)
+    forwarded_partial: bool = False
+
+
+class StageRouter:
+    def __init__(self, core: SessionCore, responses: ResponseManager, *, is_closed: Any) -> None:
+        self._core = core
+        self._responses = responses
+        self._is_closed = is_closed
+        self.dropped_stale_outputs = 0
+
+    def watch(self, request_id: str, stage_id: int, response: ActiveResponse | None) -> None:
+        core = self._core
+        stream = StageStream(request_id, stage_id, core.fence, core.turn_id, response)
+        core.plugin.data_plane.begin_request(request_id)
+        core.spawn(self._consume(stream))
+
+    async def _consume(self, stream: StageStream) -> None:
+        core = self._core
+        try:
+            async for output in core.engine.outputs(stream.request_id):
+                if not stream.fence.admits(core.fence) or self._is_closed():
+                    self.dropped_stale_outputs += 1
+                    continue
+                await self.on_output(stream, output)
+        finally:
+            core.plugin.data_plane.close_stream(stream.request_id)
+
+    async def on_output(self, stream: StageStream, out: StageOutput) -> None:
+        core, responses, plugin = self._core, self._responses, self._core.plugin
+        final_stage = core.engine.stage_count - 1
+        if out.error is not None:
+            core.error("stage_failed", f"stage {out.stage_id} failed: {out.error}", None, error_type="server_error")
+            if stream.response is not None:
+                await core.engine.abort(stream.response.request_ids)
+                responses.finish(stream.response, "failed", "stage_failed")
+            return
+        if lag := out.metadata.get("lag_ms"):
+            core.emit(p.SessionLagging(f"stage{out.stage_id}", float(lag)))  # type: ignore[arg-type]
+        transcript = plugin.user_transcript(stage_id=out.stage_id, output=out.output, prompt=None, finished=out.finished)
+        if transcript is not None:
+            responses.user_transcript(stream.turn_id, transcript)
+        decision = plugin.decide_output(
+            stage_id=out.stage_id,
+            final_stage_id=final_stage,
+            segment_finished=out.finished,
+            segment_token_ids=out.token_ids,
+            segment_output_metadata=dict(out.metadata),
+            output=out.output,
+        )
+        response = stream.response
+        if decision is not None and decision.action == "listen":
+            if response is None and responses.active is not None and core.continuous:
+                response = responses.active
+            core.emit(p.ResponseListen(response.response_id if response else None, decision.reason))
+            if response is not None:
+                await core.engine.abort(response.request_ids - {stream.request_id})
+                responses.finish(response, "completed", decision.reason or "listen")
+            return
+        if decision is not None and decision.action in ("speak", "finish") and response is None:
+            response = responses.active or responses.open(core.turn_id)
+            response.request_ids.add(stream.request_id)
+        if response is not None and decision is not None and not response.spoke:
+            response.spoke = True
+            core.emit(p.ResponseSpeak(response.response_id))
+        projects = out.stage_id == final_stage or plugin.projects_intermediate_outputs or \
+            plugin.project_intermediate_output(stage_id=out.stage_id, output=out.output, context=None)
+        if projects and response is not None and response is responses.active:
+            self._project(response, out)
+        if out.stage_id < final_stage and response is not None:
+            await self._forward(stream, out)
+        if response is not None and (
+            (out.stage_id == final_stage and out.finished and not core.continuous)
+            or (decision is not None and decision.action == "finish")
+        ):
+            responses.finish(response, "completed")
+
+    def _project(self, response: ActiveResponse, out: StageOutput) -> None:
+        core = self._core
+        context = core.plugin.data_plane_context(
+            epoch=core.epoch,
+            turn_id=core.turn_id,
+            active_response_turn_id=response.turn_id,
+            active_response_id=response.response_id,
+            auto_responds=core.auto_responds,
+            response_format=core.config.output_audio_format,
+            speed=None,
+            modalities=core.config.modalities,
+        )
+        for item in core.plugin.data_plane.project(out, context=context):
+            kind = item.get("type")
+            if kind == "response.output_audio.delta":
+                if item["delta"] is None:
+                    continue
+                marks = [TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"]))
+                         for m in item.get("marks", [])]  # type: ignore[union-attr]
+                duration = float(item["audio_ms"])  # type: ignore[arg-type]
+                start = response.ledger.record_audio(duration, marks)
+                core.emit(p.ResponseAudioDelta(
+                    response.response_id, response.item_id, item["delta"], int(item["sample_rate"]),  # type: ignore[arg-type]
+                    start, duration, [{"text": m.text, "start_ms": m.start_ms + start, "end_ms": m.end_ms + start}
+                                      for m in marks],
+                ))
+            elif kind == "response.output_audio_transcript.delta":
+                response.ledger.record_text(str(item["delta"]))
+                core.emit(p.ResponseTranscriptDelta(response.response_id, response.item_id, str(item["delta"])))
+
+    async def _forward(self, stream: StageStream, out: StageOutput) -> None:
+        """Pass a stage's output downstream: partial updates if the plugin makes them, else at its end."""
+        plugin = self._core.plugin
+        stream.req_state["finished"] = out.finished  # the plugin's cue to close what it forwards
+        forward = plugin.plan_partial_stage_output(self, out.stage_id, 0, out.output, stream.req_state)
+        if forward is not None:
+            stream.forwarded_partial = True
+        elif out.finished and not stream.forwarded_partial:
+            forward = PartialStageForward(output=out.output, is_final_update=True)
+        if forward is None:
+            return
+        await self._submit_downstream(stream, forward)
+        followup = plugin.partial_stage_followup(forward, stream.req_state)
+        if followup is not None:
+            await self._submit_downstream(stream, followup)
+
+    async def _submit_downstream(self, stream: StageStream, forward: PartialStageForward) -> None:
+        core = self._core
+        response = stream.response
+        assert response is not None
+        next_stage = stream.stage_id + 1
+        request_id = stream.req_state.get("downstream_request_id")
+        opened = request_id is None
+        if opened:
+            request_id = f"{stream.request_id}-s{next_stage}"
+            stream.req_state["downstream_request_id"] = request_id
+        final = forward.is_final_update and not forward.queue_close_after
+        plan = DuplexAppendPlan(
+            request_id=str(request_id),
+            stage_id=next_stage,
+            fence=stream.fence,
+            payload=None if forward.close_only else forward.output,
+            final=final,
+            resumable=not final,
+            sampling_params=core.sampling[next_stage] if len(core.sampling) > next_stage else None,
+        )
+        try:
+            await core.engine.submit(plan)
+        except EngineSubmitError as exc:
+            core.error("stage_failed", str(exc), None, error_type="server_error")
+            await core.engine.abort(response.request_ids)
+            self._responses.finish(response, "failed", "stage_failed")
+            return
+        if opened:
+            response.request_ids.add(str(request_id))
+            child = StageStream(str(request_id), next_stage, stream.fence, stream.turn_id, response)
+            core.plugin.data_plane.begin_request(str(request_id))
+            core.spawn(self._consume(child))
