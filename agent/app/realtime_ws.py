@@ -213,8 +213,6 @@ class RealtimeEndpoint:
             return
         if isinstance(event, p.InputAudioBufferAppend):
             event = live.rates.adapt(event)
-        elif isinstance(event, p.BargeIn):
-            event = p.ResponseCancel(reason="barge_in", event_id=event.event_id)
         elif isinstance(event, p.TurnSignal):
             await live.emit(p.TurnEvent(event.event, "accepted"))
             return

@@ -11,7 +11,7 @@ import pytest
 
 from duplex_agent.agent.protocol.audio import _ALAW, _ULAW
 from duplex_agent.plugins.scripted import Script
-from tests.conformance.omni_client import pcm16, tone
+from tests.conformance.omni_client import tone
 
 APPEND = "input_audio_buffer.append"
 MANUAL = {"turn_detection": None}
@@ -231,7 +231,7 @@ async def test_a_refused_first_update_is_answered_and_the_socket_closes(our_serv
 
 
 async def test_every_other_client_event_of_the_vocabulary_is_served(our_server):
-    _, client, _ = await our_server(Script(reply="one two three four five"))
+    _, client, _ = await our_server(Script(reply="one two three four five", word_delay_s=0.05))
     omni = client()
     await omni.open(MANUAL)
     await omni.send({"type": "session.event_ack", "server_event_seq": omni.last_seq})
@@ -253,12 +253,12 @@ async def test_every_other_client_event_of_the_vocabulary_is_served(our_server):
     await omni.send({"type": "audio.playback_ack", "response_id": response_id, "played_ms": 200, "committed_ms": 200})
     await omni.until("playback.acknowledged")
     await omni.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
-                     "audio_end_ms": 180})
+                     "audio_end_ms": 200})
     truncated, _ = await omni.until("conversation.item.truncated")
-    assert truncated["item_id"] == item_id and truncated["audio_end_ms"] == 180
+    assert truncated["item_id"] == item_id and truncated["audio_end_ms"] == 200
     await omni.send({"type": "conversation.item.retrieve", "item_id": item_id})
     retrieved, _ = await omni.until("conversation.item.retrieved")
-    assert retrieved["item"]["content"][0]["transcript"] == "one two"  # what was heard by 180 ms
+    assert retrieved["item"]["content"][0]["transcript"] == "one two"  # the words heard by 200 ms
     await omni.send({"type": "conversation.item.create", "item": {
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": "noted"}]}})
     item, _ = await omni.until("conversation.item.created")

@@ -76,8 +76,10 @@ async def test_barge_in_mid_response(open_driver, transport):
     await driver.send({"type": "playback.ack", "response_id": response_id, "played_ms": 150})
     done, seen = await driver.until("response.done")
     assert done["status"] == "cancelled" and done["reason"] == "barge_in"
-    cleared = await driver.recv()
+    cleared = seen[-2]  # vLLM-Omni's order: the output is cleared, then the response is done
     assert cleared["type"] == "output_audio_buffer.cleared" and cleared["response_id"] == response_id
+    acknowledged, _ = await driver.until("playback.acknowledged")
+    assert acknowledged["played_ms"] == 150
 
     # Old-epoch outputs keep arriving for 0.3 s; none may reach the client.
     await asyncio.sleep(0.5)
