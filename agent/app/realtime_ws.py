@@ -12,6 +12,7 @@ for ``resume_grace_s`` (see ``session_store``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -174,20 +175,34 @@ class RealtimeEndpoint:
     # ---- serving ----
 
     async def _serve(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
-        async for message in ws:
-            if message.type == WSMsgType.TEXT:
-                await self._on_text(live, message.data)
-            elif message.type == WSMsgType.BINARY:
-                await live.emit(p.ErrorEvent.of("invalid_event", "send events as JSON text frames"))
-            elif message.type == WSMsgType.ERROR:
-                log.info("websocket error: %s", ws.exception())
-                break
+        try:
+            async for message in ws:
+                if message.type == WSMsgType.TEXT:
+                    await self._on_text(live, message.data)
+                elif message.type == WSMsgType.BINARY:
+                    await live.emit(p.ErrorEvent.of("invalid_event", "send events as JSON text frames"))
+                elif message.type == WSMsgType.ERROR:
+                    log.info("websocket error: %s", ws.exception())
+                    break
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the connection is lost: the session must outlive it.
+            self._socket_gone(ws, live)
+            raise
         if live.closing or live.closed.is_set():
             await live.closed.wait()
-        elif self.resume_grace_s > 0:
-            live.detach(ws, self.resume_grace_s, self._expire)
+        else:
+            self._socket_gone(ws, live)
+
+    def _socket_gone(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
+        if live.closing or live.closed.is_set():
+            return
+        if self.resume_grace_s > 0:
+            if live.detach(ws, self.resume_grace_s, self._expire):
+                log.info("session %s: its socket dropped; kept %g s for a resume", live.session_id,
+                         self.resume_grace_s)
         elif live.ws is ws:
-            await live.shutdown("disconnect")
+            live.ws = None
+            live.expire_now(self._expire)
 
     async def _expire(self, live: LiveSession) -> None:
         await live.shutdown("disconnect_grace_expired")

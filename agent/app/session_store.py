@@ -189,6 +189,11 @@ class LiveSession:
         self._grace = asyncio.create_task(self._expire_after(grace_s, on_expired), name=f"grace-{self.session_id}")
         return True
 
+    def expire_now(self, on_expired: Callable[[LiveSession], Awaitable[None]]) -> None:
+        """End the session as soon as the loop can (not resumable: nobody will come back for it)."""
+        self._cancel_grace()
+        self._grace = asyncio.create_task(self._expire_after(0.0, on_expired), name=f"end-{self.session_id}")
+
     async def _expire_after(self, grace_s: float, on_expired: Callable[[LiveSession], Awaitable[None]]) -> None:
         await asyncio.sleep(grace_s)
         log.info("session %s: nobody resumed it within %g s", self.session_id, grace_s)

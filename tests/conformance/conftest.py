@@ -18,7 +18,7 @@ from tests.conformance.omni_client import OmniClient
 
 @pytest.fixture
 async def our_server() -> AsyncIterator[Callable[..., Any]]:
-    """our_server(script, resume_grace_s=30, journal_bytes=None) -> (url, OmniClient factory, plugin).
+    """our_server(script, resume_grace_s=30, journal_bytes=None) -> (url, OmniClient factory, plugin, backend).
 
     The worker's own app (``build_app``) with the scripted model; ``journal_bytes`` swaps in an
     endpoint with that replay bound.
@@ -44,7 +44,7 @@ async def our_server() -> AsyncIterator[Callable[..., Any]]:
             cleanups.append(made.close)
             return made
 
-        return url, client, plugin
+        return url, client, plugin, backend
 
     yield factory
     for cleanup in reversed(cleanups):

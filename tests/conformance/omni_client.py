@@ -152,8 +152,8 @@ class OmniClient:
     def drop(self) -> None:
         """End the TCP connection with no close frame, as a network blip would."""
         assert self.ws is not None
-        transport = self.ws._response.connection.transport  # type: ignore[union-attr]
-        assert transport is not None
+        transport = self.ws._conn.transport if self.ws._conn is not None else None  # type: ignore[attr-defined]
+        assert transport is not None, "no transport to drop"
         transport.abort()
 
     async def close(self) -> None:

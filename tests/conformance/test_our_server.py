@@ -27,7 +27,7 @@ GUIDE_SESSION = {
 
 
 async def test_the_guides_session_update_opens_a_session_shaped_like_vllm_omnis(our_server):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = client()
     created = await omni.open(GUIDE_SESSION, event_id="evt_0001")
     session = created["session"]
@@ -51,7 +51,7 @@ async def test_the_guides_session_update_opens_a_session_shaped_like_vllm_omnis(
                            "silence_duration_ms": 500, "min_speech_duration_ms": 96}}},
 ])
 async def test_other_vllm_omni_session_shapes_are_accepted(our_server, update):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = await client().connect()
     await omni.send(update)
     created, seen = await omni.until("session.created")
@@ -93,7 +93,7 @@ ENCODERS = {
     ("pcm_f32le", 22050, "sample_rate"),
 ])
 async def test_each_append_is_decoded_with_its_own_format_and_rate(our_server, fmt, rate, spelling):
-    _, client, _ = await our_server(Script(reply=None))
+    _, client, _, _ = await our_server(Script(reply=None))
     omni = client()
     await omni.open(MANUAL)  # the session itself says pcm16 at 16 kHz
     samples = tone(300, rate)
@@ -147,7 +147,7 @@ BAD_INPUTS = [
 
 
 async def test_every_bad_input_gets_vllm_omnis_code_with_the_clients_event_id_and_the_session_serves_on(our_server):
-    _, client, _ = await our_server(Script(reply="still here"))
+    _, client, _, _ = await our_server(Script(reply="still here"))
     omni = client()
     await omni.open(MANUAL)
     for n, (event, code, has_id) in enumerate(BAD_INPUTS):
@@ -166,7 +166,7 @@ async def test_every_bad_input_gets_vllm_omnis_code_with_the_clients_event_id_an
 
 
 async def test_frames_up_to_vllm_omnis_limit_are_read_and_larger_ones_get_event_too_large(our_server):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = client()
     await omni.open(MANUAL)
     await omni.until("session.updated")  # the echo of the opening update
@@ -181,7 +181,7 @@ async def test_frames_up_to_vllm_omnis_limit_are_read_and_larger_ones_get_event_
 
 
 async def test_heartbeat_and_close(our_server):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = client()
     created = await omni.open(MANUAL)
     await omni.send({"type": "session.heartbeat"})
@@ -196,7 +196,7 @@ async def test_heartbeat_and_close(our_server):
 
 
 async def test_duplex_query_spellings_and_the_alias_path(our_server):
-    url, client, _ = await our_server()
+    url, client, _, _ = await our_server()
     base = url.split("?")[0]
     for query in ("?duplex=on", "?duplex=true", ""):
         omni = client()
@@ -213,7 +213,7 @@ async def test_duplex_query_spellings_and_the_alias_path(our_server):
 
 
 async def test_a_first_event_other_than_session_update_opens_a_default_session(our_server):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = await client().connect()
     await omni.send({"type": "session.heartbeat"})
     await omni.until("session.created")
@@ -221,7 +221,7 @@ async def test_a_first_event_other_than_session_update_opens_a_default_session(o
 
 
 async def test_a_refused_first_update_is_answered_and_the_socket_closes(our_server):
-    _, client, _ = await our_server()
+    _, client, _, _ = await our_server()
     omni = await client().connect()
     await omni.send({"type": "session.update", "event_id": "evt_1", "session": {"input_audio_format": "mp3"}})
     error = await omni.recv()
@@ -231,7 +231,7 @@ async def test_a_refused_first_update_is_answered_and_the_socket_closes(our_serv
 
 
 async def test_every_other_client_event_of_the_vocabulary_is_served(our_server):
-    _, client, _ = await our_server(Script(reply="one two three four five", word_delay_s=0.05))
+    _, client, _, _ = await our_server(Script(reply="one two three four five", word_delay_s=0.05))
     omni = client()
     await omni.open(MANUAL)
     await omni.send({"type": "session.event_ack", "server_event_seq": omni.last_seq})
