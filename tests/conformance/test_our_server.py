@@ -286,3 +286,31 @@ async def test_every_other_client_event_of_the_vocabulary_is_served(our_server):
         if "output_audio_buffer.cleared" in kinds:
             assert kinds.index("output_audio_buffer.cleared") < kinds.index("response.done")  # cleared comes first
     assert not [e for e in omni.seen if e["type"] == "error"]
+
+
+async def test_a_commit_to_a_model_native_session_seals_the_item(our_server):
+    _, client, _, _ = await our_server(Script(input_mode="continuous"))
+    omni = client()
+    created = await omni.open({"turn_detection": None, "overlap_policy": "listen_only"})
+    assert created["session"]["capabilities"]["implementation_level"] == "model_native_duplex"
+    await omni.append(tone(100))
+    await omni.send({"type": "input_audio_buffer.commit", "final": True, "response_create": False})
+    committed, seen = await omni.until("input_audio_buffer.committed")
+    assert committed["item_id"] and not [e for e in seen if e["type"] == "error"]
+
+
+@pytest.mark.parametrize(("alias", "answer"), [
+    ({"type": "close"}, "session.closed"),
+    ({"type": "close_session"}, "session.closed"),
+    ({"type": "push_text", "text": "hi"}, "error"),
+    ({"type": "input_text.append", "text": "hi"}, "error"),
+    ({"type": "signal_turn", "event": "user_turn_hint"}, "turn.event"),
+])
+async def test_vllm_omnis_aliases(our_server, alias, answer):
+    _, client, _, _ = await our_server()
+    omni = client()
+    await omni.open(MANUAL)
+    await omni.send(alias)
+    reply, _ = await omni.until(answer)
+    if answer == "error":
+        assert reply["error"]["code"] == "native_text_append_unsupported"
