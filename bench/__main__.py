@@ -10,6 +10,7 @@ BENCHMARKS = (
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),
     ("bench.wire_encoding", []),
+    ("bench.access_overhead", []),
 )
 
 

@@ -66,6 +66,7 @@ MATCH_WINDOW_S = 1.0
 
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
+    env.update(LIVEKIT_API_KEY=API_KEY, LIVEKIT_API_SECRET=API_SECRET)  # credentials by environment, never argv
     env["HF_HUB_OFFLINE"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -171,7 +172,7 @@ class Service:
 def start_server(log_dir: Path, host: str) -> tuple[Service, str]:
     """The loopback LiveKit server; its URL is the first line it prints."""
     server = Service("livekit-server", [sys.executable, "-m", "devtools.livekit_server", "--host", host, "--port", "0",
-                                        "--print-url", "--api-key", API_KEY, "--api-secret", API_SECRET],
+                                        "--print-url"],
                      log_dir / "livekit-server.log")
     server.start()
     deadline = time.monotonic() + 30
@@ -267,7 +268,7 @@ class Bench:
         common = ["--plugin", "scripted", "--max-sessions", str(max(8, max(self.args.session_counts)))]
         self.livekit_worker = Service("livekit-worker", [
             sys.executable, "-m", "duplex_agent.agent.app.cli", "start", *common, "--livekit-url", self.url,
-            "--livekit-api-key", API_KEY, "--livekit-api-secret", API_SECRET, "--agent-name", AGENT_NAME,
+            "--agent-name", AGENT_NAME,
         ], self.log_dir / "livekit-worker.log")
         self.direct_port = _free_port()
         self.direct_worker = Service("direct-worker", [
@@ -338,7 +339,7 @@ class Bench:
         command = [sys.executable, "-m", "bench.livekit_callers", "--transport", path, "--sessions", str(sessions),
                    "--seconds", str(args.round_limit + 30), "--speech", self.speech_file]
         if path == "livekit":
-            command += ["--url", self.url, "--api-key", API_KEY, "--api-secret", API_SECRET,
+            command += ["--url", self.url,
                         "--agent-name", AGENT_NAME, "--room-prefix", f"bench-{sessions}-{uuid.uuid4().hex[:6]}"]
         else:
             command += ["--url", f"http://127.0.0.1:{self.direct_port}"]

@@ -5,6 +5,9 @@
 //   /vendor/livekit-client.umd.js), publish the mic, play the agent's track;
 //   transcripts arrive on "lk.transcription" text streams and the agent's state
 //   is its "lk.agent.state" participant attribute.
+// A worker with an API key wants a short-lived session token: the page takes it from
+// its URL fragment (#token=..., never sent to a server or written to its logs) and
+// sends it as "Authorization: Bearer"; the key itself never reaches the page.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -15,7 +18,7 @@ const ui = {
   audio: $("agent-audio"), enableAudio: $("enable-audio"),
   modeDirect: $("mode-direct"), modeLiveKit: $("mode-livekit"), lkFields: $("livekit-fields"),
   lkUrl: $("lk-url"), lkToken: $("lk-token"), lkTokenInfo: $("lk-token-info"), lkDev: $("lk-dev"),
-  lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"),
+  lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"), notice: $("notice"),
 };
 
 // The call in progress: {kind: "direct", pc, channel, ...} or {kind: "livekit", room, ...};
@@ -29,6 +32,67 @@ function showError(text) {
 }
 
 function setStatus(text) { ui.status.textContent = text; }
+
+// ---- access: secure context and session token ----
+
+const MIC_NEEDS_HTTPS = "The microphone is unavailable: this page was opened over plain HTTP at "
+  + location.host + ", and browsers give the microphone only to HTTPS pages (or localhost). "
+  + "Start the worker with --tls-self-signed (or --tls-cert/--tls-key) and open https://"
+  + location.host + "/ instead.";
+
+/** The session token from the URL fragment (#token=...), taken out of the address bar. */
+function takeAccessToken() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token");
+  if (!token) return null;
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(null, "", location.pathname + location.search + (rest ? "#" + rest : ""));
+  return token;
+}
+
+let accessToken = takeAccessToken();
+window.addEventListener("hashchange", () => {  // a token link opened in the same tab
+  const token = takeAccessToken();
+  if (token) { accessToken = token; checkAccess(); }
+});
+
+function authHeaders(headers) {
+  return accessToken ? {...headers, Authorization: "Bearer " + accessToken} : headers;
+}
+
+function showNotice(text) {
+  ui.notice.textContent = text;
+  ui.notice.hidden = !text;
+}
+
+async function checkAccess() {
+  if (!window.isSecureContext) {
+    showNotice(MIC_NEEDS_HTTPS);
+    return;
+  }
+  let access = null;
+  try {
+    const response = await fetch("/api/access", {cache: "no-store"});
+    if (response.ok) access = await response.json();
+  } catch { /* an older server: no access control */ }
+  showNotice("");
+  if (access && access.key_required && !accessToken) {
+    showNotice("This worker needs a session token. Open the link its operator gave you "
+      + "(`duplex-agent token` prints one: it ends in #token=…).");
+  }
+}
+
+/** The reason in a refused response, for a person. */
+async function refusal(response) {
+  let answer = {};
+  try { answer = await response.json(); } catch { /* not JSON */ }
+  const reason = answer.error ? answer.error.message : response.statusText || `HTTP ${response.status}`;
+  if (response.status === 401) {
+    return (accessToken ? "the worker refused the session token: " : "this worker needs a session token: ") + reason;
+  }
+  return reason;
+}
 
 function setAgentState(state) {
   ui.state.textContent = state;
@@ -101,8 +165,9 @@ function sendSettings() {
 // ---- microphone ----
 
 async function openMicrophone() {
-  if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-    throw new Error("This page needs a secure context (https or localhost) to use the microphone.");
+  if (!window.isSecureContext || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+    throw new Error(ui.notice.hidden ? MIC_NEEDS_HTTPS
+      : "The microphone is unavailable over plain HTTP: see the note above.");
   }
   try {
     return await navigator.mediaDevices.getUserMedia({
@@ -198,11 +263,11 @@ async function connect() {
     await iceGatheringComplete(pc, 2000);
     const response = await fetch("/api/offer", {
       method: "POST",
-      headers: {"Content-Type": "application/json"},
+      headers: authHeaders({"Content-Type": "application/json"}),
       body: JSON.stringify({sdp: pc.localDescription.sdp, type: pc.localDescription.type}),
     });
+    if (!response.ok) throw new Error(await refusal(response));
     const answer = await response.json();
-    if (!response.ok) throw new Error(answer.error ? answer.error.message : response.statusText);
     await pc.setRemoteDescription({sdp: answer.sdp, type: answer.type});
     ui.connect.textContent = "Disconnect";
     ui.connect.disabled = false;
@@ -372,12 +437,11 @@ async function getDevToken() {
     const room = ui.lkRoom.value.trim() || randomName("duplex-");
     const response = await fetch("/api/livekit/token", {
       method: "POST",
-      headers: {"Content-Type": "application/json"},
+      headers: authHeaders({"Content-Type": "application/json"}),
       body: JSON.stringify({room, identity: randomName("caller-")}),
     });
-    let answer = {};
-    try { answer = await response.json(); } catch { /* not JSON */ }
-    if (!response.ok) throw new Error(answer.error ? answer.error.message : `HTTP ${response.status}`);
+    if (!response.ok) throw new Error(await refusal(response));
+    const answer = await response.json();
     ui.lkUrl.value = answer.url;
     ui.lkToken.value = answer.token;
     ui.lkRoom.value = answer.room;
@@ -584,5 +648,6 @@ ui.enableAudio.addEventListener("click", () => {
 });
 
 document.body.dataset.mode = mode;
+checkAccess();
 loadLiveKitConfig();
 if (location.hash === "#livekit") selectMode("livekit");

@@ -1,15 +1,32 @@
-"""The worker's one HTTP server: page, WebRTC signaling, realtime websocket, health, metrics."""
+"""The worker's one HTTP server: page, WebRTC signaling, realtime websocket, health, metrics.
+
+Access control (key and tokens, origins, per-address limits) sits in front of every
+route as one middleware (agent/app/access/guard.py); TLS and the optional metrics
+port are set up by ``start_http``.
+"""
 
 from __future__ import annotations
+
+import logging
+import ssl
 
 from aiohttp import web
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.app.access.certificates import (
+    ServerCertificate,
+    machine_addresses,
+    server_certificate,
+    what_the_phone_shows,
+)
+from duplex_agent.agent.app.access.guard import install_access_control
 from duplex_agent.agent.app.realtime_ws import RealtimeEndpoint
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.session.ports import DuplexBackend
 
+log = logging.getLogger("duplex_agent")
 BACKEND_KEY = web.AppKey("backend", object)
+SETTINGS_KEY = web.AppKey("settings", Settings)
 
 
 def build_app(
@@ -24,6 +41,7 @@ def build_app(
     room tokens signed with the worker's LiveKit credentials."""
     app = web.Application(client_max_size=64 * 1024)
     app[BACKEND_KEY] = backend
+    app[SETTINGS_KEY] = settings
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "sessions": backend.active_sessions,
@@ -36,14 +54,16 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_page)
     RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
+    peer_sessions = None
     if with_webrtc:
         from duplex_agent.frontend import register_frontend_routes
         from duplex_agent.webrtc.direct.host_address import interface_ipv4
         from duplex_agent.webrtc.direct.signaling import register_webrtc_routes
         from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 
-        register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
-                               resume_grace_s=settings.resume_grace_s)
+        registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
+                                          resume_grace_s=settings.resume_grace_s)
+        peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret
         register_livekit_token_routes(
@@ -53,12 +73,54 @@ def build_app(
             api_secret=settings.livekit_api_secret if minting else "",
             agent_name=settings.agent_name,
         )
+    install_access_control(app, api_key=settings.resolved_api_key(), token_ttl_s=settings.token_ttl,
+                           allowed_origins=settings.allowed_origins, sessions_per_minute=settings.sessions_per_minute,
+                           sessions_per_address=settings.sessions_per_address, metrics_port=settings.metrics_port,
+                           peer_sessions=peer_sessions)
     return app
 
 
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Serve ``app`` on host:port; the caller cleans the returned runner up."""
+def tls_certificate(settings: Settings) -> ServerCertificate | None:
+    """The certificate the settings ask for (made now for --tls-self-signed), or None for plain HTTP."""
+    if not settings.tls_enabled:
+        return None
+    certificate, made = server_certificate(settings.tls_cert, settings.tls_key, settings.tls_self_signed,
+                                           settings.tls_dir)
+    if made:
+        log.info("made a self-signed certificate for %s", ", ".join(certificate.names()))
+    return certificate
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server's TLS context from the settings (None: plain HTTP); for a self-signed
+    certificate, prints its fingerprint and what a phone will show. ValueError says what is wrong."""
+    try:
+        certificate = tls_certificate(settings)
+        if certificate is None:
+            return None
+        context = certificate.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot use the TLS certificate: {exc}") from None
+    if certificate.self_signed:
+        host, port = settings.host, settings.port
+        hosts = [host] if host not in ("0.0.0.0", "::", "") else [a for a in machine_addresses() if ":" not in a]
+        print(what_the_phone_shows(certificate, [f"https://{h}:{port}/" for h in hosts]), flush=True)
+    return context
+
+
+async def start_http(app: web.Application, host: str, port: int, *,
+                     ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    """Serve ``app`` on host:port; the caller cleans the returned runner up.
+
+    Without ``ssl_context``, TLS follows the app's settings (--tls-cert/--tls-key or
+    --tls-self-signed); with --metrics-port, /metrics and /healthz are served there only.
+    """
+    settings = app.get(SETTINGS_KEY)
+    if ssl_context is None and settings is not None:
+        ssl_context = tls_context(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
+    if settings is not None and settings.metrics_port:
+        await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
     return runner

@@ -1,18 +1,35 @@
-"""Worker settings: flags override environment variables override defaults."""
+"""Worker settings: flags override environment variables override defaults.
+
+Secrets (``SECRET_FIELDS``) are read from the environment or a file; ``--help``
+never shows their values and ``repr`` leaves them out, so they cannot reach a log.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 PLUGIN_ALIASES = {
     "reference": "duplex_agent.plugins.reference.plugin.ReferencePlugin",
     "scripted": "duplex_agent.plugins.scripted.ScriptedPlugin",
 }
 
+#: Fields whose values are secrets: never shown in --help, repr or logs.
+SECRET_FIELDS = frozenset({"api_key", "backend_api_key", "openai_api_key", "livekit_api_secret"})
+_TRUE = {"1", "true", "yes", "on"}
 
-_FIELD_TYPES = {"int": int, "float": float}
+
+def _parse_bool(text: str) -> bool:
+    return text.strip().lower() in _TRUE
+
+
+_FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
+
+
+def _secret() -> str:
+    return field(default="", repr=False)
 
 
 @dataclass(slots=True)
@@ -24,7 +41,7 @@ class Settings:
     #: Empty for the in-process model; a ws:// URL of a vLLM-Omni duplex endpoint otherwise.
     backend: str = ""
     backend_model: str = ""
-    backend_api_key: str = ""
+    backend_api_key: str = _secret()
     #: A JSON file of session fields every remote session opens with (e.g. MiniCPM-o's ``ref_audio``).
     backend_session: str = ""
     max_sessions: int = 4
@@ -36,18 +53,57 @@ class Settings:
     responder: str = "echo"
     openai_base_url: str = ""
     openai_model: str = ""
-    openai_api_key: str = ""
+    openai_api_key: str = _secret()
     #: Address ICE binds to for direct WebRTC peers; empty picks this machine's interface.
     ice_address: str = ""
     livekit_url: str = ""
     livekit_api_key: str = ""
-    livekit_api_secret: str = ""
+    livekit_api_secret: str = _secret()
     agent_name: str = "duplex-agent"
     log_level: str = "INFO"
+    #: The key signaling, the websocket, tokens and metrics require (empty: no authentication).
+    api_key: str = _secret()
+    #: A file holding the key (first line), instead of api_key.
+    api_key_file: str = ""
+    #: Serve a non-loopback address without a key, without the warning.
+    allow_unauthenticated: bool = False
+    #: Lifetime of the session tokens POST /api/token mints, in seconds.
+    token_ttl: float = 300.0
+    #: Origins (scheme://host[:port], comma-separated) allowed to signal and open websockets
+    #: besides the server's own; "*" allows any.
+    allowed_origins: str = ""
+    #: New sessions one client address may open per minute (0: no limit).
+    sessions_per_minute: int = 60
+    #: Sessions one client address may hold open at once (0: only --max-sessions applies).
+    sessions_per_address: int = 0
+    #: Serve /metrics and /healthz only on this port (no key there); 0 keeps them on --port,
+    #: behind the key when one is set.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    #: PEM certificate chain and private key: serve HTTPS/WSS.
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Make (and reuse) a certificate for this machine's addresses: for trying the page from a phone.
+    tls_self_signed: bool = False
+    #: Where the self-signed certificate is kept (default ~/.cache/duplex-agent/tls).
+    tls_dir: str = ""
 
     @property
     def plugin_path(self) -> str:
         return PLUGIN_ALIASES.get(self.plugin, self.plugin)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_self_signed or self.tls_cert)
+
+    def resolved_api_key(self) -> str:
+        """The key from api_key, else from the first line of api_key_file ("" when neither is set)."""
+        if self.api_key:
+            return self.api_key
+        if self.api_key_file:
+            lines = Path(self.api_key_file).read_text().splitlines()
+            return lines[0].strip() if lines else ""
+        return ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -62,9 +118,20 @@ class Settings:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         for f in fields(self):
             flag = "--" + f.name.replace("_", "-")
-            kind = _FIELD_TYPES.get(f.type, str)
-            parser.add_argument(flag, dest=f.name, type=kind, default=getattr(self, f.name),
-                                help=f"(env DUPLEX_{f.name.upper()}; default: %(default)s)")
+            env = f"DUPLEX_{f.name.upper()}"
+            if f.name.startswith("livekit"):
+                env = f"{f.name.upper()} or {env}"
+            if f.type == "bool":
+                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                    default=getattr(self, f.name), help=f"(env {env}; default: %(default)s)")
+            elif f.name in SECRET_FIELDS:
+                # The value is never echoed: argparse shows defaults only through %(default)s.
+                parser.add_argument(flag, dest=f.name, default=getattr(self, f.name), metavar="SECRET",
+                                    help=f"secret: set {env} in the environment rather than on the command line "
+                                         "(visible in ps); its value is never shown")
+            else:
+                parser.add_argument(flag, dest=f.name, type=_FIELD_TYPES.get(f.type, str),
+                                    default=getattr(self, f.name), help=f"(env {env}; default: %(default)s)")
 
     def apply(self, namespace: argparse.Namespace) -> Settings:
         for f in fields(self):

@@ -33,17 +33,18 @@ class WorkerProcess:
             sys.executable, "-m", "duplex_agent.agent.app.cli", "start",
             "--livekit-url", url or server.url,
             "--livekit-api-key", server.api_key,
-            "--livekit-api-secret", secret or server.api_secret,
             "--agent-name", AGENT_NAME,
             "--max-sessions", str(max_sessions),
             "--plugin", "reference",
             *extra,
         ]
+        self.secret = secret or server.api_secret  # given by environment: argv is visible in ps
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}
         env["HF_HUB_OFFLINE"] = "1"
+        env["LIVEKIT_API_SECRET"] = self.secret
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(self.args, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 

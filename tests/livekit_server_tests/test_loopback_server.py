@@ -489,8 +489,8 @@ async def test_automatic_dispatch(server: LoopbackLiveKitServer, rooms) -> None:
 async def test_cli_prints_url() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "devtools.livekit_server", "--port", "0", "--print-url",
-        "--api-key", "k1", "--api-secret", "s1",
         cwd=str(REPO_ROOT), stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "LIVEKIT_API_KEY": "k1", "LIVEKIT_API_SECRET": "s1"},  # never in argv
     )
     try:
         assert proc.stdout is not None

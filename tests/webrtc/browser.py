@@ -33,7 +33,8 @@ def chromium_missing_reason() -> str | None:
 class Browser:
     """One headless Chromium with its own throwaway profile."""
 
-    def __init__(self, *, fake_mic_wav: Path | None = None, allow_microphone: bool = True) -> None:
+    def __init__(self, *, fake_mic_wav: Path | None = None, allow_microphone: bool = True,
+                 extra_args: tuple[str, ...] = ()) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
@@ -55,6 +56,8 @@ class Browser:
             options.add_argument("--deny-permission-prompts")
         if fake_mic_wav is not None:
             options.add_argument(f"--use-file-for-fake-audio-capture={fake_mic_wav}")
+        for arg in extra_args:
+            options.add_argument(arg)
         self.driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
 
     def open(self, url: str) -> None:
