@@ -7,7 +7,8 @@ the transport-level ones are answered here: ``session.heartbeat`` (``heartbeat_a
 ``session.event_ack`` (trims the replay journal), ``session.close`` (``session.closed``,
 then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
 ``event_id``, and the session keeps serving. A dropped socket leaves the session alive
-for ``resume_grace_s`` (see ``session_store``).
+for ``resume_grace_s`` (see ``session_store``); a client that closes the socket itself
+(close code 1000 or 1001) ends its session, as ``session.close`` does.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ log = logging.getLogger("duplex_agent.realtime")
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 #: What the transport reads at all; a frame beyond it is refused by aiohttp with close 1009.
 TRANSPORT_LIMIT_BYTES = 4 * MAX_EVENT_BYTES
+#: Close codes of a client that hung up on purpose (normal closure, going away).
+_CLEAN_CLOSE = (1000, 1001)
 _DUPLEX_ON = ("", "1", "true", "on", "yes")
 _DUPLEX_OFF = ("0", "false", "off", "no")
 #: Client events this endpoint answers itself.
@@ -190,6 +193,10 @@ class RealtimeEndpoint:
             raise
         if live.closing or live.closed.is_set():
             await live.closed.wait()
+        elif ws.close_code in _CLEAN_CLOSE and live.ws is ws:
+            # The client closed the socket itself: it is done with the session (a drop is not).
+            live.closing = True
+            await live.shutdown("client_close")
         else:
             self._socket_gone(ws, live)
 

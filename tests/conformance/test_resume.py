@@ -131,3 +131,20 @@ async def test_a_journal_overflow_is_told_once_and_the_live_session_goes_on(our_
     gap = await resume(new_client(), session_id=client.session_id, token=client.resume_token,
                        last_seq=client.last_seq)
     assert gap["type"] == "session.resync_required" and gap["reason"] == "journal_gap"
+
+
+async def test_a_client_that_closes_its_socket_itself_ends_the_session(our_server):
+    _, new_client, _, backend = await our_server()
+    client = new_client()
+    await client.open(MANUAL)
+    assert backend.active_sessions == 1
+    assert client.ws is not None
+    await client.ws.close()  # close code 1000: hung up, not dropped
+    for _ in range(300):
+        if backend.active_sessions == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert backend.active_sessions == 0
+    gone = await resume(new_client(), session_id=client.session_id, token=client.resume_token,
+                        last_seq=client.last_seq)
+    assert gone["error"]["code"] == "session_resume_expired"
