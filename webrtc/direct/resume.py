@@ -71,6 +71,16 @@ class ParkedConversations:
         parked.expiry.cancel()
         return parked.conversation
 
+    async def discard(self, pc_id: str, reason: str) -> bool:
+        """Close ``pc_id``'s parked conversation now (the page hung up); False when none is parked."""
+        parked = self._parked.pop(pc_id, None)
+        self.forget(pc_id)
+        if parked is None:
+            return False
+        parked.expiry.cancel()
+        await parked.conversation.close(reason)
+        return True
+
     async def _expire(self, pc_id: str) -> None:
         await asyncio.sleep(self.grace_s)
         parked = self._parked.pop(pc_id, None)

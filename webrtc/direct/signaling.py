@@ -4,7 +4,7 @@ POST takes ``{"sdp", "type": "offer", "pc_id"?, "resumable"?, "resume"?}`` and
 answers ``{"sdp", "type": "answer", "pc_id", "resume_token"?}``; a known ``pc_id``
 renegotiates that peer, ``resume: {"pc_id", "resume_token"}`` reattaches a
 dropped resumable peer's conversation (see ``resume``). PATCH takes ``{"pc_id", "candidates": [{"candidate", "sdp_mid",
-"sdp_mline_index"}]}`` for clients that trickle ICE. Bad requests get a 4xx
+"sdp_mline_index"}]}`` for clients that trickle ICE; DELETE ``{"pc_id"}`` hangs up. Bad requests get a 4xx
 with ``{"error": {"code", "message"}}``; a full backend gets 503.
 """
 
@@ -31,7 +31,7 @@ logger = logging.getLogger("duplex_agent.webrtc")
 MAX_BODY_BYTES = 64 * 1024
 MAX_CANDIDATES = 64
 #: Ways a peer ends that say nothing about the conversation: a resumable one is parked.
-_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed")
+_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close")
 
 
 class SignalingError(Exception):
@@ -232,6 +232,19 @@ async def patch_offer(request: web.Request) -> web.Response:
         return exc.response()
 
 
+async def delete_offer(request: web.Request) -> web.Response:
+    """``{"pc_id"}``: the page hangs up on purpose; the conversation ends now (it is not kept for a resume)."""
+    try:
+        data = await _read_json(request)
+        registry, pc_id = request.app[WEBRTC_PEERS], _field(data, "pc_id", str)
+        if pc_id not in registry.sessions and await registry.parked.discard(pc_id, "client_close"):
+            return web.Response(status=204)  # its connection went first and it was parked
+        registry.finish(_session(request, pc_id), "client_close")
+        return web.Response(status=204)
+    except SignalingError as exc:
+        return exc.response()
+
+
 def register_webrtc_routes(
     app: web.Application, backend: DuplexBackend, *, host_address: str, resume_grace_s: float = 30.0,
     **audio_options: Any
@@ -245,5 +258,6 @@ def register_webrtc_routes(
     app[WEBRTC_PEERS] = registry
     app.router.add_post("/api/offer", post_offer)
     app.router.add_patch("/api/offer", patch_offer)
+    app.router.add_delete("/api/offer", delete_offer)
     app.on_shutdown.append(registry.close_all)
     return registry
