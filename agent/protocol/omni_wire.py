@@ -34,7 +34,6 @@ OMNI_ERROR_CODES = {
     "invalid_turn_detection": "unsupported_turn_detection",
     "append_failed": "runtime_append_failed",
     "stage_failed": "response_error",
-    "playback_response_not_found": "playback_item_not_found",
 }
 #: vLLM-Omni's error class per code (``REALTIME_ERROR_TYPES_BY_CODE``); any other code is a request error.
 OMNI_ERROR_TYPES = {

@@ -186,7 +186,7 @@ class ResponseManager:
 
         item = next((i for i in reversed(self.history) if i.ledger and named(i)), None)
         if item is None or item.ledger is None:
-            raise p.ProtocolError("response_not_found", f"no response {command.response_id or command.item_id!r}",
+            raise p.ProtocolError("playback_item_not_found", f"no response {command.response_id or command.item_id!r}",
                                   event_id=command.event_id)
         ledger = item.ledger
         ledger.acknowledge(command.played_ms)

@@ -32,7 +32,7 @@ BAD_INPUTS = [
      "unsupported_turn_detection"),
     (json.dumps({"type": "session.update", "session": {"no_such_field": 1}}), "unknown_session_field"),
     (json.dumps({"type": "response.cancel"}), "response_not_active"),
-    (json.dumps({"type": "playback.ack", "response_id": "resp_nope", "played_ms": 10}), "response_not_found"),
+    (json.dumps({"type": "playback.ack", "response_id": "resp_nope", "played_ms": 10}), "playback_item_not_found"),
     (json.dumps({"type": "input_dtmf", "digit": "x"}), "bad_event"),
     (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_empty"),
 ]
