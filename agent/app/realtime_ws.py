@@ -54,13 +54,13 @@ class RealtimeEndpoint:
         self.sessions = SessionStore()
 
     def register(self, app: web.Application) -> None:
+        # (vLLM-Omni's /v1/duplex alias is left out: the access guard protects /v1/realtime.)
         app.router.add_get("/v1/realtime", self.handle)
-        app.router.add_get("/v1/duplex", self.handle)
         app.on_shutdown.append(lambda _app: self.sessions.close_all())
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         duplex = request.query.get("duplex", "").strip().lower()
-        if request.path == "/v1/realtime" and duplex not in _DUPLEX_ON:
+        if duplex not in _DUPLEX_ON:
             reason = ("Realtime API is not available: this server serves duplex sessions only"
                       if duplex in _DUPLEX_OFF else f"unknown duplex value {duplex!r}: use ?duplex=1")
             raise web.HTTPBadRequest(text=json.dumps({"error": reason}), content_type="application/json")
