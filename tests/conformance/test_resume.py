@@ -90,7 +90,7 @@ async def test_refused_resumes_get_vllm_omnis_codes(our_server):
                          last_seq=first.last_seq + 50)
     assert ahead["error"]["code"] == "session_resume_conflict"
     first.drop()
-    for _ in range(300):  # the grace period runs out: the session is gone
+    for _ in range(1000):  # the grace period runs out: the session is gone
         if backend.active_sessions == 0:
             break
         await asyncio.sleep(0.01)
@@ -140,7 +140,7 @@ async def test_a_client_that_closes_its_socket_itself_ends_the_session(our_serve
     assert backend.active_sessions == 1
     assert client.ws is not None
     await client.ws.close()  # close code 1000: hung up, not dropped
-    for _ in range(300):
+    for _ in range(1000):
         if backend.active_sessions == 0:
             break
         await asyncio.sleep(0.01)
