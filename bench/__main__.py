@@ -11,6 +11,7 @@ BENCHMARKS = (
     ("bench.direct_path", []),
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),
+    ("bench.wire_encoding", []),
     ("bench.access_overhead", []),
 )
 

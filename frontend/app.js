@@ -166,7 +166,7 @@ function showDefinitions(definitions) {
 }
 
 function sendSettings() {
-  if (!call || call.channel.readyState !== "open") return;
+  if (!call || !call.channel || call.channel.readyState !== "open") return;
   const session = {overlap_policy: ui.overlap.value};
   if (ui.instructions.value.trim()) session.instructions = ui.instructions.value.trim();
   call.channel.send(JSON.stringify({type: "session.update", session}));
@@ -253,32 +253,14 @@ async function connect() {
     setModeTabsEnabled(true);
     return;
   }
-  const pc = new RTCPeerConnection({iceServers: []});
-  const channel = pc.createDataChannel("events");
-  call = {kind: "direct", pc, channel, stream, timers: []};
+  call = {kind: "direct", stream, timers: []};
   call.audioContext = startLevelMeter(stream);
-  stream.getAudioTracks().forEach((track) => pc.addTrack(track, stream));
-  pc.ontrack = (event) => { ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]); };
-  channel.onmessage = onServerMessage;
-  channel.onopen = () => { setStatus("Connected"); setAgentState("listening"); sendSettings(); };
-  channel.onclose = () => { if (call && call.pc === pc) disconnect("Disconnected"); };
-  pc.onconnectionstatechange = () => {
-    if (pc.connectionState === "failed") disconnect("The connection failed");
-  };
-  call.timers.push(setInterval(async () => { ui.rtt.textContent = formatMs(await readRtt(pc)); }, 1000));
-
+  call.timers.push(setInterval(async () => {
+    if (call && call.pc) ui.rtt.textContent = formatMs(await readRtt(call.pc));
+  }, 1000));
   setStatus("Connecting…");
   try {
-    await pc.setLocalDescription(await pc.createOffer());
-    await iceGatheringComplete(pc, 2000);
-    const response = await fetch("/api/offer", {
-      method: "POST",
-      headers: authHeaders({"Content-Type": "application/json"}),
-      body: JSON.stringify({sdp: pc.localDescription.sdp, type: pc.localDescription.type}),
-    });
-    if (!response.ok) throw new Error(await refusal(response));
-    const answer = await response.json();
-    await pc.setRemoteDescription({sdp: answer.sdp, type: answer.type});
+    await openPeer(call, null);
     ui.connect.textContent = "Disconnect";
     ui.connect.disabled = false;
   } catch (err) {
@@ -287,12 +269,63 @@ async function connect() {
   }
 }
 
+/** One peer connection for the call; ``resume`` ({pc_id, resume_token}) reattaches the same conversation. */
+async function openPeer(session, resume) {
+  const pc = new RTCPeerConnection({iceServers: []});
+  const channel = pc.createDataChannel("events");
+  Object.assign(session, {pc, channel});
+  session.stream.getAudioTracks().forEach((track) => pc.addTrack(track, session.stream));
+  pc.ontrack = (event) => { ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]); };
+  channel.onmessage = onServerMessage;
+  channel.onopen = () => { setStatus("Connected"); setAgentState("listening"); sendSettings(); };
+  channel.onclose = () => { if (call === session && session.pc === pc) reconnect(session); };
+  pc.onconnectionstatechange = () => {
+    if (pc.connectionState === "failed" && call === session && session.pc === pc) reconnect(session);
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  await iceGatheringComplete(pc, 2000);
+  const offer = {sdp: pc.localDescription.sdp, type: pc.localDescription.type, resumable: true};
+  if (resume) offer.resume = resume;
+  const response = await fetch("/api/offer", {
+    method: "POST", headers: authHeaders({"Content-Type": "application/json"}), body: JSON.stringify(offer),
+  });
+  if (!response.ok) throw new Error(await refusal(response));
+  const answer = await response.json();
+  Object.assign(session, {pcId: answer.pc_id, resumeToken: answer.resume_token});
+  await pc.setRemoteDescription({sdp: answer.sdp, type: answer.type});
+}
+
+/** The connection blipped: a new peer connection resumes the same conversation (a few tries). */
+async function reconnect(session) {
+  if (session.reconnecting) return;
+  session.reconnecting = true;
+  session.pc.close();
+  setStatus("Reconnecting…");
+  for (let attempt = 0; attempt < 4 && call === session; attempt++) {
+    try {
+      await openPeer(session, {pc_id: session.pcId, resume_token: session.resumeToken});
+      session.reconnecting = false;
+      return;
+    } catch (err) {
+      if (/expired|token/i.test(err.message)) break;  // nothing left to resume
+      await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** attempt));
+    }
+  }
+  session.reconnecting = false;
+  if (call === session) disconnect("The connection failed");
+}
+
 function disconnect(statusText) {
   if (!call) return;
   const session = call;
   call = null;
   session.timers.forEach(clearInterval);
-  if (session.kind === "direct") session.pc.close();
+  if (session.kind === "direct" && session.pcId) {
+    // Hang up on purpose, so the server does not keep the conversation for a resume.
+    fetch("/api/offer", {method: "DELETE", keepalive: true, headers: authHeaders({"Content-Type": "application/json"}),
+      body: JSON.stringify({pc_id: session.pcId})}).catch(() => {});
+  }
+  if (session.kind === "direct" && session.pc) session.pc.close();
   else session.room.disconnect().catch(() => {});
   session.stream.getTracks().forEach((track) => track.stop());
   session.audioContext.close();

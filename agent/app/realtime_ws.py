@@ -1,9 +1,14 @@
-"""``GET /v1/realtime?duplex=1``: the duplex realtime websocket.
+"""``GET /v1/realtime?duplex=1``: the duplex realtime websocket, speaking vLLM-Omni's wire.
 
-Speaks the same vocabulary as vLLM-Omni's duplex endpoint: the first message
-must be ``session.update`` (within ``config_timeout_s``), then client events in
-any order; every server event carries a ``server_event_seq``. Bad input gets an
-``error`` event with a code and the session keeps serving.
+The first message opens a session (``session.update``; any other event opens one
+with the defaults and is then applied, as vLLM-Omni does) or reattaches one
+(``session.resume``). Then client events go to the conversation in arrival order;
+the transport-level ones are answered here: ``session.heartbeat`` (``heartbeat_ack``),
+``session.event_ack`` (trims the replay journal), ``session.close`` (``session.closed``,
+then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
+``event_id``, and the session keeps serving. A dropped socket leaves the session alive
+for ``resume_grace_s`` (see ``session_store``); a client that closes the socket itself
+(close code 1000 or 1001) ends its session, as ``session.close`` does.
 """
 
 from __future__ import annotations
@@ -16,112 +21,259 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.app.session_store import JournalGap, LiveSession, SessionStore
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.agent.protocol.omni_wire import ServerWireEncoder
+from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 
 log = logging.getLogger("duplex_agent.realtime")
 
+#: vLLM-Omni's limit on one client frame (``MAX_EVENT_BYTES``); larger ones get ``event_too_large``.
+MAX_EVENT_BYTES = 15 * 1024 * 1024
+#: What the transport reads at all; a frame beyond it is refused by aiohttp with close 1009.
+TRANSPORT_LIMIT_BYTES = 4 * MAX_EVENT_BYTES
+#: Close codes of a client that hung up on purpose (normal closure, going away).
+_CLEAN_CLOSE = (1000, 1001)
+_DUPLEX_ON = ("", "1", "true", "on", "yes")
+_DUPLEX_OFF = ("0", "false", "off", "no")
+#: Client events this endpoint answers itself.
+_TRANSPORT_EVENTS = ("session.heartbeat", "session.event_ack", "session.close", "close", "close_session",
+                     "session.resume")
+
 
 class RealtimeEndpoint:
-    def __init__(self, backend: DuplexBackend, *, config_timeout_s: float = 10.0, max_frame_bytes: int = 1 << 20) -> None:
+    def __init__(self, backend: DuplexBackend, *, config_timeout_s: float = 10.0, resume_grace_s: float = 30.0,
+                 journal_bytes: int = 8 << 20, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        """``resume_grace_s``: how long a session outlives its socket (0: not resumable)."""
         self.backend = backend
         self.config_timeout_s = config_timeout_s
-        self.max_frame_bytes = max_frame_bytes
+        self.resume_grace_s = resume_grace_s
+        self.journal_bytes = journal_bytes
+        self.max_event_bytes = max_event_bytes
+        self.sessions = SessionStore()
 
     def register(self, app: web.Application) -> None:
+        # (vLLM-Omni's /v1/duplex alias is left out: the access guard protects /v1/realtime.)
         app.router.add_get("/v1/realtime", self.handle)
+        app.on_shutdown.append(lambda _app: self.sessions.close_all())
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if request.query.get("duplex") not in ("1", "true"):
-            raise web.HTTPBadRequest(text=json.dumps({"error": "this endpoint serves duplex sessions: add ?duplex=1"}),
-                                     content_type="application/json")
-        ws = web.WebSocketResponse(max_msg_size=4 * self.max_frame_bytes, heartbeat=30.0)
+        duplex = request.query.get("duplex", "").strip().lower()
+        if duplex not in _DUPLEX_ON:
+            reason = ("Realtime API is not available: this server serves duplex sessions only"
+                      if duplex in _DUPLEX_OFF else f"unknown duplex value {duplex!r}: use ?duplex=1")
+            raise web.HTTPBadRequest(text=json.dumps({"error": reason}), content_type="application/json")
+        ws = web.WebSocketResponse(max_msg_size=TRANSPORT_LIMIT_BYTES, heartbeat=30.0)
         await ws.prepare(request)
-        link = _Link(ws)
-        first = await self._first_event(ws, link)
-        if first is None:
+        first = await self._first_message(ws)
+        live: LiveSession | None = None
+        if first is not None:
+            live = await (self._resume(ws, first) if first.get("type") == "session.resume" else self._open(ws, first))
+        if live is None:
             await ws.close()
             return ws
-        try:
-            conversation = await self.backend.open()
-        except AdmissionError as exc:
-            await link.send(p.ErrorEvent.of(exc.code, str(exc), event_id=first.event_id, error_type="server_error"))
-            await ws.close()
-            return ws
-        pump = asyncio.create_task(self._pump(conversation, link))
-        try:
-            conversation.send(first)
-            await self._receive(ws, link, conversation)
-        finally:
-            await conversation.close("client_closed")
-            await asyncio.gather(pump, return_exceptions=True)
-            await ws.close()
+        await self._serve(ws, live)
         return ws
 
-    async def _first_event(self, ws: web.WebSocketResponse, link: _Link) -> p.SessionUpdate | None:
+    # ---- handshake ----
+
+    async def _first_message(self, ws: web.WebSocketResponse) -> dict[str, Any] | None:
         try:
             message = await ws.receive(timeout=self.config_timeout_s)
         except TimeoutError:
-            await link.send(p.ErrorEvent.of("config_timeout", f"no session.update within {self.config_timeout_s:g} s"))
+            await _send_direct(ws, p.ErrorEvent.of("config_timeout", "Timeout waiting for session.update"))
             return None
         if message.type != WSMsgType.TEXT:
             return None
         try:
-            event = self._decode(message.data, link)
-        except p.ProtocolError as exc:
-            await link.send(p.ErrorEvent.from_exception(exc))
+            data = json.loads(message.data)
+        except ValueError:
+            await _send_direct(ws, p.ErrorEvent.of("invalid_json", "Invalid JSON in session.update"))
             return None
-        if not isinstance(event, p.SessionUpdate):
-            await link.send(p.ErrorEvent.of("session_update_required", "the first event must be session.update",
-                                            event_id=event.event_id))
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            await _send_direct(ws, p.ErrorEvent.of("invalid_event", "a realtime event must be a JSON object with a type"))
             return None
-        return event
+        return data
 
-    async def _receive(self, ws: web.WebSocketResponse, link: _Link, conversation: Conversation) -> None:
-        async for message in ws:
-            if message.type == WSMsgType.TEXT:
-                try:
-                    conversation.send(self._decode(message.data, link))
-                except p.ProtocolError as exc:
-                    await link.send(p.ErrorEvent.from_exception(exc))
-            elif message.type == WSMsgType.BINARY:
-                await link.send(p.ErrorEvent.of("binary_not_supported", "send events as JSON text frames"))
-            elif message.type == WSMsgType.ERROR:
-                log.info("websocket error: %s", ws.exception())
-                return
-
-    def _decode(self, text: str, link: _Link) -> p.ClientEvent:
-        if len(text) > self.max_frame_bytes:
-            raise p.ProtocolError("frame_too_large", f"a frame may carry at most {self.max_frame_bytes} bytes")
-        return codec.decode_client_event(text, audio_format=link.input_format)
-
-    async def _pump(self, conversation: Conversation, link: _Link) -> None:
-        async for event in conversation.events():
-            await link.send(event)
-
-
-class _Link:
-    """Sends server events on one websocket, numbering them; knows the session's wire audio formats."""
-
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        self._ws = ws
-        self._seq = 0
-        self.input_format = "pcm16"
-        self.output_format = "pcm16"
-
-    async def send(self, event: p.ServerEvent) -> None:
-        if isinstance(event, p.ErrorEvent):
-            metrics.ERRORS.labels(event.code).inc()
-        if self._ws.closed:
-            return
-        if isinstance(event, p.SessionCreated | p.SessionUpdated):
-            self.input_format = str(event.session.get("input_audio_format", self.input_format))
-            self.output_format = str(event.session.get("output_audio_format", self.output_format))
-        self._seq += 1
-        data: dict[str, Any] = codec.encode_event(event, audio_format=self.output_format)
-        data["server_event_seq"] = self._seq
+    async def _open(self, ws: web.WebSocketResponse, first: dict[str, Any]) -> LiveSession | None:
+        """Open a session with ``first`` (a ``session.update``, else the defaults and then ``first``)."""
+        opening = first if first["type"] == "session.update" else {"type": "session.update", "session": {}}
         try:
-            await self._ws.send_str(json.dumps(data, separators=(",", ":")))
-        except ConnectionError:
-            pass
+            update = codec.decode_client_event(json.dumps(opening))
+        except p.ProtocolError as exc:
+            await _send_direct(ws, p.ErrorEvent.from_exception(exc))
+            return None
+        try:
+            conversation = await self.backend.open()
+        except AdmissionError as exc:
+            await _send_direct(ws, p.ErrorEvent.of(exc.code, str(exc), event_id=update.event_id,
+                                                   error_type="rate_limit_error"))
+            return None
+        events = aiter(conversation.events())
+        conversation.send(update)
+        early: list[p.ServerEvent] = []
+        while (reply := await anext(events, None)) is not None and not isinstance(reply, p.SessionCreated):
+            if isinstance(reply, p.ErrorEvent | p.SessionClosed):
+                break
+            early.append(reply)
+        if not isinstance(reply, p.SessionCreated):
+            # A refused first update opens nothing (vLLM-Omni answers the error and closes).
+            if isinstance(reply, p.ErrorEvent):
+                await _send_direct(ws, reply)
+            await conversation.close("session_rejected")
+            return None
+        resumable = self.resume_grace_s > 0
+        live = LiveSession(conversation, events, journal_bytes=self.journal_bytes, resumable=resumable,
+                           on_closed=self.sessions.forget)
+        live.ws = ws
+        live.generation = 1
+        self.sessions.add(live)
+        created: dict[str, Any] = {"attachment_generation": 1}
+        if resumable:
+            created["resume_token"] = live.new_token()
+        await live.emit(reply, journal=False, **created)
+        await live.emit(p.SessionUpdated(reply.session))  # vLLM-Omni echoes the opening update
+        for event in early:
+            await live.emit(event)
+        live.start_pump()
+        if first is not opening:
+            await self._on_text(live, json.dumps(first))
+        return live
+
+    async def _resume(self, ws: web.WebSocketResponse, first: dict[str, Any]) -> LiveSession | None:
+        try:
+            request = codec.decode_client_event(json.dumps(first))
+        except p.ProtocolError:
+            request = None
+        if not isinstance(request, p.SessionResume) or not request.session_id or not request.resume_token \
+                or request.last_received_server_event_seq < 0:
+            await _send_direct(ws, p.ErrorEvent.of("invalid_session_resume", "session.resume requires session_id, "
+                                                   "resume_token, and a non-negative last_received_server_event_seq",
+                                                   event_id=first.get("event_id")))
+            return None
+        live = self.sessions.get(request.session_id) if self.resume_grace_s > 0 else None
+        if live is None:
+            await _send_direct(ws, p.ErrorEvent.of("session_resume_expired", "Unknown or expired duplex session: "
+                                                   f"{request.session_id}", event_id=request.event_id))
+            return None
+        if not live.token_matches(request.resume_token):
+            await _send_direct(ws, p.ErrorEvent.of("invalid_resume_token", "Invalid duplex session resume token",
+                                                   event_id=request.event_id))
+            return None
+        try:
+            _, previous = await live.attach(ws, request.last_received_server_event_seq)
+        except JournalGap:
+            await _send_direct(ws, p.SessionResyncRequired(live.session_id, "journal_gap"))
+            return None
+        except ValueError as exc:
+            await _send_direct(ws, p.ErrorEvent.of("session_resume_conflict", str(exc), event_id=request.event_id))
+            return None
+        if previous is not None:
+            await _send_direct(previous, p.SessionReplaced(live.session_id, live.generation - 1))
+            await previous.close()
+        log.info("session %s resumed after seq %d", live.session_id, request.last_received_server_event_seq)
+        return live
+
+    # ---- serving ----
+
+    async def _serve(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
+        try:
+            async for message in ws:
+                if message.type == WSMsgType.TEXT:
+                    await self._on_text(live, message.data)
+                elif message.type == WSMsgType.BINARY:
+                    await live.emit(p.ErrorEvent.of("invalid_event", "send events as JSON text frames"))
+                elif message.type == WSMsgType.ERROR:
+                    log.info("websocket error: %s", ws.exception())
+                    break
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the connection is lost: the session must outlive it.
+            self._socket_gone(ws, live)
+            raise
+        if live.closing or live.closed.is_set():
+            await live.closed.wait()
+        elif ws.close_code in _CLEAN_CLOSE and live.ws is ws:
+            # The client closed the socket itself: it is done with the session (a drop is not).
+            live.closing = True
+            await live.shutdown("client_close")
+        else:
+            self._socket_gone(ws, live)
+
+    def _socket_gone(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
+        if live.closing or live.closed.is_set():
+            return
+        if self.resume_grace_s > 0:
+            if live.detach(ws, self.resume_grace_s, self._expire):
+                log.info("session %s: its socket dropped; kept %g s for a resume", live.session_id,
+                         self.resume_grace_s)
+        elif live.ws is ws:
+            live.ws = None
+            live.expire_now(self._expire)
+
+    async def _expire(self, live: LiveSession) -> None:
+        await live.shutdown("disconnect_grace_expired")
+
+    async def _on_text(self, live: LiveSession, text: str) -> None:
+        if len(text) > self.max_event_bytes or len(text.encode()) > self.max_event_bytes:
+            await live.emit(p.ErrorEvent.of("event_too_large", f"a frame may carry at most {self.max_event_bytes} "
+                                            "bytes"))
+            return
+        try:
+            data = json.loads(text)
+        except ValueError:
+            await live.emit(p.ErrorEvent.of("invalid_json", "Invalid JSON event"))
+            return
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind in _TRANSPORT_EVENTS:
+            await self._transport_event(live, data)
+            return
+        try:
+            event = codec.decode_client_event(text, audio_format=live.input_format)
+        except p.ProtocolError as exc:
+            await live.emit(p.ErrorEvent.from_exception(exc))
+            return
+        if isinstance(event, p.InputAudioBufferAppend):
+            event = live.rates.adapt(event)
+        elif isinstance(event, p.TurnSignal):
+            await live.emit(p.TurnEvent(event.event, "accepted"))
+            return
+        elif isinstance(event, p.InputTextAppend):
+            await live.emit(p.ErrorEvent.of("native_text_append_unsupported", "this session takes audio input only",
+                                            event_id=event.event_id))
+            return
+        live.conversation.send(event)
+
+    async def _transport_event(self, live: LiveSession, data: dict[str, Any]) -> None:
+        try:
+            event = codec.decode_client_event(json.dumps(data))
+        except p.ProtocolError as exc:
+            code = "invalid_event_ack" if data["type"] == "session.event_ack" else exc.code
+            await live.emit(p.ErrorEvent.of(code, str(exc), event_id=exc.event_id))
+            return
+        if isinstance(event, p.SessionHeartbeat):
+            await live.emit(p.SessionHeartbeatAck(live.session_id))
+        elif isinstance(event, p.SessionEventAck):
+            try:
+                live.journal.acknowledge(event.server_event_seq)
+            except ValueError as exc:
+                await live.emit(p.ErrorEvent.of("invalid_event_ack", str(exc), event_id=event.event_id))
+        elif isinstance(event, p.SessionClose):
+            live.closing = True
+            await live.shutdown(event.reason)
+        else:
+            await live.emit(p.ErrorEvent.of("unsupported_session_resume", "session.resume must be the first message "
+                                            "of a new connection", event_id=event.event_id))
+
+
+async def _send_direct(ws: web.WebSocketResponse, event: p.ServerEvent) -> None:
+    """An event outside any session's numbered stream (handshake errors, ``session.replaced``)."""
+    if isinstance(event, p.ErrorEvent):
+        metrics.ERRORS.labels(event.code).inc()
+    if ws.closed:
+        return
+    try:
+        await ws.send_str(json.dumps(ServerWireEncoder("").encode(event), separators=(",", ":")))
+    except (ConnectionError, RuntimeError):
+        pass
+

@@ -53,7 +53,7 @@ def build_app(
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_page)
-    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s).register(app)
+    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
     peer_sessions = None
     if with_webrtc:
         from duplex_agent.frontend import register_frontend_routes
@@ -61,7 +61,8 @@ def build_app(
         from duplex_agent.webrtc.direct.signaling import register_webrtc_routes
         from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 
-        registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4())
+        registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
+                                          resume_grace_s=settings.resume_grace_s)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret

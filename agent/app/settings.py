@@ -45,6 +45,8 @@ class Settings:
     #: A JSON file of session fields every remote session opens with (e.g. MiniCPM-o's ``ref_audio``).
     backend_session: str = ""
     max_sessions: int = 4
+    #: Seconds a realtime session outlives its dropped websocket, waiting for session.resume (0: no resume).
+    resume_grace_s: float = 30.0
     #: Seconds a SIGTERM/SIGINT lets live calls finish before they are closed.
     drain_timeout: float = 60.0
     #: Reference model responder: echo | openai.

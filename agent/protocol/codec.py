@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import decode_base64_audio, encode_base64_audio
+from duplex_agent.agent.protocol.audio import decode_base64_audio, encode_base64_audio, parse_audio_format
 
 
 def _registry(base: type[p.Event]) -> dict[str, type[p.Event]]:
@@ -35,6 +35,20 @@ def _registry(base: type[p.Event]) -> dict[str, type[p.Event]]:
 
 CLIENT_EVENTS: dict[str, type[p.Event]] = _registry(p.ClientEvent)
 SERVER_EVENTS: dict[str, type[p.Event]] = _registry(p.ServerEvent)
+#: vLLM-Omni's alternative names for client events (``translate_realtime_command``).
+CLIENT_ALIASES = {
+    "input.commit": "input_audio_buffer.commit",
+    "input.cancel": "input_audio_buffer.clear",
+    "audio.playback_ack": "playback.ack",
+    "input_text.append": "input.text.append",
+    "push_text": "input.text.append",
+    "close": "session.close",
+    "close_session": "session.close",
+    "signal_turn": "turn.signal",
+}
+#: ``turn.signal`` events that are another client event in disguise: signal -> event type.
+_SIGNALLED_EVENTS = ("barge_in", "input.cancel", "response.cancel", "session.update", "conversation.item.create",
+                     "conversation.item.delete", "conversation.item.truncate")
 #: Audio fields: event type -> (field inside the process, field on the wire).
 _AUDIO_FIELDS: dict[type[p.Event], tuple[str, str]] = {
     p.InputAudioBufferAppend: ("audio", "audio"),
@@ -68,6 +82,8 @@ def decode_event(data: Any, registry: dict[str, type[p.Event]], *, audio_format:
     kind = data.get("type")
     if not isinstance(kind, str):
         raise p.ProtocolError("missing_field", "event has no string 'type'", event_id=event_id)
+    if registry is CLIENT_EVENTS:
+        data, kind = _client_wire_forms(data, event_id)
     cls = registry.get(kind)
     if cls is None:
         raise p.ProtocolError("unknown_event_type", f"unknown event type {kind!r}", event_id=event_id)
@@ -90,12 +106,52 @@ def decode_event(data: Any, registry: dict[str, type[p.Event]], *, audio_format:
     return cls(**kwargs)
 
 
+def _client_wire_forms(data: dict[str, Any], event_id: str | None) -> tuple[dict[str, Any], str]:
+    """vLLM-Omni's other spellings of a client event -> the one ``CLIENT_EVENTS`` knows."""
+    kind = CLIENT_ALIASES.get(data["type"], data["type"])
+    if kind == "turn.signal" and data.get("event") in _SIGNALLED_EVENTS:
+        payload = data.get("payload") if isinstance(data.get("payload"), dict) else {}
+        kind = CLIENT_ALIASES.get(data["event"], data["event"])
+        if kind == "session.update":
+            payload = {"session": payload}
+        elif kind == "response.cancel" and "response_id" not in payload and "response_id" in data:
+            payload = {**payload, "response_id": data["response_id"]}
+        data = {**payload, "event_id": event_id}
+    elif kind == "session.update" and not isinstance(data.get("session"), dict):
+        # A flat update: the session fields sit beside ``type``.
+        data = {"session": {k: v for k, v in data.items() if k not in ("type", "event_id")}, "event_id": event_id}
+    elif kind == "input_audio_buffer.commit" and "response_create" not in data:
+        create = data.get("create_response", True if data["type"] == "input.commit" else None)
+        data = {**data, "response_create": create if isinstance(create, bool) else None}
+    elif kind == "input_audio_buffer.append":
+        data = _append_rate(data, event_id)
+    if event_id is None:
+        data = {k: v for k, v in data.items() if k != "event_id"}
+    return {**data, "type": kind}, kind
+
+
+def _append_rate(data: dict[str, Any], event_id: str | None) -> dict[str, Any]:
+    """An append's own rate (``sample_rate_hz``, ``sample_rate`` or its format object's ``rate``) as ``sample_rate_hz``."""
+    _, format_rate = parse_audio_format(data.get("format", data.get("input_audio_format")))
+    rate = data.get("sample_rate_hz", data.get("sample_rate", format_rate))
+    if rate is None:
+        return data
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not 1000 <= rate <= 384000 or rate != int(rate):
+        raise p.ProtocolError("invalid_field", f"input_audio_buffer.append: bad sample rate {rate!r}",
+                              event_id=event_id)
+    return {**data, "sample_rate_hz": int(rate)}
+
+
 def _decode_audio(data: dict[str, Any], value: Any, audio_format: str, kind: str, event_id: str | None) -> np.ndarray:
     if not isinstance(value, str):
         raise p.ProtocolError("invalid_field", f"{kind}: audio must be a base64 string", event_id=event_id)
-    declared = data.get("format", audio_format)
+    declared = data.get("format", data.get("input_audio_format"))
+    name = audio_format if declared is None else parse_audio_format(declared)[0]
+    if name is None:
+        raise p.ProtocolError("unsupported_audio_format", f"{kind}: unsupported audio format {declared!r}",
+                              event_id=event_id)
     try:
-        return decode_base64_audio(value, declared if isinstance(declared, str) else "")
+        return decode_base64_audio(value, name)
     except p.ProtocolError as exc:
         exc.event_id = exc.event_id or event_id
         raise

@@ -56,6 +56,8 @@ class InputAudioBufferAppend(ClientEvent):
 @dataclass(slots=True)
 class InputAudioBufferCommit(ClientEvent):
     type: ClassVar[str] = "input_audio_buffer.commit"
+    #: vLLM-Omni's ``response_create``: False leaves the listen/speak decision to the model (None: the session's).
+    response_create: bool | None = None
 
 
 @dataclass(slots=True)
@@ -86,16 +88,97 @@ class ConversationItemTruncate(ClientEvent):
 
 @dataclass(slots=True)
 class PlaybackAck(ClientEvent):
-    """How much of a response's audio the caller has actually heard."""
+    """How much of a response's audio the caller has actually heard (cumulative).
+
+    Without ``response_id`` (or ``item_id``) it is about the latest response.
+    ``truncate``: the response was cut off here; history keeps only what was heard.
+    """
 
     type: ClassVar[str] = "playback.ack"
-    response_id: str
     played_ms: float
+    response_id: str | None = None
+    item_id: str | None = None
+    committed_ms: float | None = None
+    truncate: bool = False
 
 
 @dataclass(slots=True)
 class OutputAudioBufferClear(ClientEvent):
     type: ClassVar[str] = "output_audio_buffer.clear"
+    response_id: str | None = None
+
+
+@dataclass(slots=True)
+class BargeIn(ClientEvent):
+    """A hard interrupt from the client (its own VAD heard the caller): cancel the active response."""
+
+    type: ClassVar[str] = "barge_in"
+
+
+@dataclass(slots=True)
+class InputTextAppend(ClientEvent):
+    type: ClassVar[str] = "input.text.append"
+    text: str
+
+
+@dataclass(slots=True)
+class ConversationItemCreate(ClientEvent):
+    type: ClassVar[str] = "conversation.item.create"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemRetrieve(ClientEvent):
+    type: ClassVar[str] = "conversation.item.retrieve"
+    item_id: str
+
+
+@dataclass(slots=True)
+class ConversationItemDelete(ClientEvent):
+    type: ClassVar[str] = "conversation.item.delete"
+    item_id: str
+
+
+@dataclass(slots=True)
+class TurnSignal(ClientEvent):
+    """An external turn-taking signal the vocabulary has no dedicated event for (answered with ``turn.event``)."""
+
+    type: ClassVar[str] = "turn.signal"
+    event: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+# Transport-level client events: the websocket endpoint answers them itself.
+
+
+@dataclass(slots=True)
+class SessionHeartbeat(ClientEvent):
+    type: ClassVar[str] = "session.heartbeat"
+
+
+@dataclass(slots=True)
+class SessionClose(ClientEvent):
+    type: ClassVar[str] = "session.close"
+    reason: str = "client_close"
+
+
+@dataclass(slots=True)
+class SessionEventAck(ClientEvent):
+    """The client has every server event up to ``server_event_seq``: the replay journal may forget them."""
+
+    type: ClassVar[str] = "session.event_ack"
+    server_event_seq: int
+
+
+@dataclass(slots=True)
+class SessionResume(ClientEvent):
+    """First event of a new socket: reattach to ``session_id`` and replay what came after the given seq."""
+
+    type: ClassVar[str] = "session.resume"
+    session_id: str
+    resume_token: str
+    last_received_server_event_seq: int = 0
 
 
 @dataclass(slots=True)
@@ -133,6 +216,86 @@ class SessionClosed(ServerEvent):
 
 
 @dataclass(slots=True)
+class SessionHeartbeatAck(ServerEvent):
+    type: ClassVar[str] = "session.heartbeat_ack"
+    session_id: str
+
+
+@dataclass(slots=True)
+class SessionResumed(ServerEvent):
+    type: ClassVar[str] = "session.resumed"
+    session_id: str
+    session: dict[str, Any]
+    attachment_generation: int
+    resume_token: str
+
+
+@dataclass(slots=True)
+class SessionReplaced(ServerEvent):
+    """Sent to a socket whose session another socket has resumed."""
+
+    type: ClassVar[str] = "session.replaced"
+    session_id: str
+    attachment_generation: int
+
+
+@dataclass(slots=True)
+class SessionResyncRequired(ServerEvent):
+    """Replay cannot be complete (``journal_overflow`` on a live socket, ``journal_gap`` on a resume)."""
+
+    type: ClassVar[str] = "session.resync_required"
+    session_id: str
+    reason: str
+
+
+@dataclass(slots=True)
+class PlaybackAcknowledged(ServerEvent):
+    type: ClassVar[str] = "playback.acknowledged"
+    response_id: str
+    item_id: str
+    played_ms: float
+    #: The response's playback ledger: generated_ms, sent_ms, played_ms, committed_ms.
+    playback: dict[str, float]
+    truncate: bool = False
+
+
+@dataclass(slots=True)
+class ConversationItemTruncated(ServerEvent):
+    type: ClassVar[str] = "conversation.item.truncated"
+    item_id: str
+    audio_end_ms: float
+    content_index: int = 0
+
+
+@dataclass(slots=True)
+class ConversationItemCreated(ServerEvent):
+    type: ClassVar[str] = "conversation.item.created"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemDeleted(ServerEvent):
+    type: ClassVar[str] = "conversation.item.deleted"
+    item_id: str
+
+
+@dataclass(slots=True)
+class ConversationItemRetrieved(ServerEvent):
+    type: ClassVar[str] = "conversation.item.retrieved"
+    item: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TurnEvent(ServerEvent):
+    """A turn signal the session accepted."""
+
+    type: ClassVar[str] = "turn.event"
+    event: str
+    turn_state: str
+
+
+@dataclass(slots=True)
 class SessionLagging(ServerEvent):
     """The model cannot keep up with real time for this session."""
 
@@ -145,14 +308,14 @@ class SessionLagging(ServerEvent):
 class SpeechStarted(ServerEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_started"
     audio_start_ms: float
-    item_id: str
+    item_id: str | None = None
 
 
 @dataclass(slots=True)
 class SpeechStopped(ServerEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_stopped"
     audio_end_ms: float
-    item_id: str
+    item_id: str | None = None
 
 
 @dataclass(slots=True)

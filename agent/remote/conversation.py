@@ -21,7 +21,8 @@ import aiohttp
 
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES
+from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES, parse_audio_format
+from duplex_agent.agent.protocol.input_audio import AppendRateAdapter
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.input import InputEncoder, Outgoing, OutgoingQueue
 from duplex_agent.agent.remote.session import RemoteSession, parse_session_created, translate_session_update
@@ -34,8 +35,13 @@ Connect = Callable[..., Awaitable[aiohttp.ClientWebSocketResponse]]
 #: Resume errors after which trying again cannot help (vLLM-Omni's codes).
 FATAL_RESUME_CODES = frozenset({"invalid_session_resume", "session_resume_expired", "unsupported_session_resume",
                                 "invalid_resume_token", "session_resume_conflict"})
-#: Server events that end the session for good.
-_TERMINAL_TYPES = frozenset({"session.expired", "session.replaced", "session.resync_required"})
+#: Server events that end the session for good. (``session.resync_required`` on a live socket
+#: only says a later resume could not replay everything: the call goes on.)
+_TERMINAL_TYPES = frozenset({"session.expired", "session.replaced"})
+#: The ``event_id`` of the heartbeat sent right after ``session.created``: every ``session.updated``
+#: before its answer is the echo of the opening update, not a reply to the transport's.
+_OPENING_BARRIER = "evt_opening_barrier"
+DTMF_DIGITS = frozenset("0123456789*#ABCD")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +51,14 @@ class RemoteOptions:
     max_queued_input_ms: float = 2000.0
     #: No server event for this long while a response plays: the response is cancelled here.
     stall_timeout_s: float = 3.0
-    resume_tries: int = 5
+    #: How long to keep trying to resume a dropped session (vLLM-Omni keeps one for 30 s).
+    resume_window_s: float = 30.0
     #: First resume delay; doubles per try up to 2 s.
     resume_backoff_s: float = 0.2
+    #: ``session.heartbeat`` period, which keeps a vLLM-Omni session's lease (its client's default).
+    heartbeat_interval_s: float = 30.0
+    #: How long ``close`` waits for the server's ``session.closed`` after the queued messages.
+    close_timeout_s: float = 2.0
     #: Longest input append (a longer model unit goes in equal slices).
     max_append_ms: float = 100.0
     #: Acknowledge received events every this many, so a resuming server can trim its journal.
@@ -110,8 +121,13 @@ class RemoteConversation:
         self._last_event_at = time.monotonic()
         self._configured = False  # the transport's first session.update has been forwarded
         self._first_reply_pending = False
+        self._opening_echo_window = remote.extended  # until the opening barrier's answer
+        self._resumable = remote.capabilities.supports_resume and bool(remote.resume_token)
+        self._rates = AppendRateAdapter(self._encoder.in_rate)
+        self._close_reason: str | None = None
         self._speaking: str | None = None  # response whose audio is arriving
         self._items: dict[str, str] = {}  # response -> item
+        self._last_response: str | None = None
         self._cut = _RecentIds()  # responses the edge stopped: their late audio is dropped
         self._ended_here = _RecentIds()  # responses this side ended: all their later events are dropped
         self._closing = False
@@ -135,7 +151,7 @@ class RemoteConversation:
                 raise AdmissionError(f"the duplex server closed the connection before creating a session "
                                      f"(close code {ws.close_code})", code="backend_refused")
             if data["type"] == "error":
-                error = ServerMessageReader(0).read(data)
+                error = next(iter(ServerMessageReader(0).read(data)), None)
                 code = error.code if isinstance(error, p.ErrorEvent) else "backend_refused"
                 message = error.error.get("message") if isinstance(error, p.ErrorEvent) else ""
                 raise AdmissionError(f"the duplex server refused the session: {code}: {message}", code=code)
@@ -153,6 +169,8 @@ class RemoteConversation:
         seq = data.get("server_event_seq")
         conversation = cls(connect, ws, remote, options, last_seq=seq if isinstance(seq, int) else 0,
                            on_close=on_close)
+        if remote.extended:
+            conversation._outgoing.put(Outgoing(json.dumps({"type": "session.heartbeat", "event_id": _OPENING_BARRIER})))
         conversation._start()
         return conversation
 
@@ -172,7 +190,7 @@ class RemoteConversation:
 
     def send(self, event: p.ClientEvent) -> None:
         """Translate and queue a client event; never blocks."""
-        if self._closing:
+        if self._closing or self._close_reason is not None:
             return
         try:
             for message, audio_ms in self._translate(event):
@@ -189,32 +207,41 @@ class RemoteConversation:
         self._events.put_nowait(None)  # later readers see the end too
 
     async def close(self, reason: str = "client_closed") -> None:
-        if self._closing:
+        """Send what is queued (a final ``playback.ack`` included), then ``session.close``; wait for ``session.closed``."""
+        if self._closing or self._close_reason is not None:
             await self._ended.wait()
             return
+        self._close_reason = reason
         if self.remote.extended and not self._ws.closed:
+            self._outgoing.put(Outgoing('{"type":"session.close"}'))
             try:
-                await asyncio.wait_for(self._ws.send_str('{"type":"session.close"}'), 1.0)
-            except (ConnectionError, TimeoutError):
-                pass
+                await asyncio.wait_for(asyncio.shield(self._ended.wait()), self.options.close_timeout_s)
+            except TimeoutError:
+                log.info("no session.closed from the duplex server within %g s", self.options.close_timeout_s)
         await self._shutdown(p.SessionClosed(reason))
 
     # ---- client -> server ----
 
     def _translate(self, event: p.ClientEvent) -> list[tuple[dict[str, Any], float]]:
         if isinstance(event, p.InputAudioBufferAppend):
-            if event.sample_rate_hz not in (None, self._encoder.in_rate):
-                raise p.ProtocolError("sample_rate_mismatch", f"this session's input is {self._encoder.in_rate} Hz, "
-                                      f"the append says {event.sample_rate_hz} Hz", event_id=event.event_id)
-            return _appends(self._encoder.push(event.audio))
+            return self._appends(self._encoder.push(self._rates.adapt(event).audio))
         if isinstance(event, p.SessionUpdate):
             return [self._session_update(event)]
         if isinstance(event, p.InputAudioBufferCommit):
-            return [*_appends(self._encoder.flush()), (_wire(event), 0.0)]
+            return [*self._appends(self._encoder.flush()), (_wire(event), 0.0)]
+        if isinstance(event, p.InputDtmf):
+            # Our extension: answered here, never sent (vLLM-Omni would answer unknown_event).
+            if event.digit not in DTMF_DIGITS:
+                raise p.ProtocolError("invalid_field", f"DTMF digit must be one of {''.join(sorted(DTMF_DIGITS))}",
+                                      event_id=event.event_id)
+            self._emit(p.DtmfReceived(event.digit))
+            return []
         if isinstance(event, p.InputAudioBufferClear):
             self._encoder.clear()
         elif isinstance(event, p.ResponseCancel):
             return self._cancel(event)
+        elif isinstance(event, p.BargeIn):
+            return self._cancel(p.ResponseCancel(reason="barge_in", event_id=event.event_id))
         elif isinstance(event, p.PlaybackAck):
             return self._playback_ack(event)
         elif isinstance(event, p.ConversationItemTruncate) and not self._caps.supports_truncation:
@@ -222,10 +249,15 @@ class RemoteConversation:
             return []
         return [(_wire(event), 0.0)]
 
+    def _appends(self, packets: list[tuple[str, float]]) -> list[tuple[dict[str, Any], float]]:
+        """Server appends, each naming its format and rate (vLLM-Omni honours both per append)."""
+        return [({"type": "input_audio_buffer.append", "audio": audio, "format": self.remote.input_format,
+                  "sample_rate_hz": self._encoder.out_rate}, ms) for audio, ms in packets]
+
     def _session_update(self, event: p.SessionUpdate) -> tuple[dict[str, Any], float]:
         update = event.session
-        audio_format = update.get("input_audio_format", self._encoder.in_format)
-        rate = update.get("input_sample_rate", self._encoder.in_rate)
+        audio_format = parse_audio_format(update.get("input_audio_format", self._encoder.in_format))[0]
+        rate = update.get("input_sample_rate", update.get("sample_rate_hz", self._encoder.in_rate))
         if self._configured and (audio_format, rate) != (self._encoder.in_format, self._encoder.in_rate):
             raise p.ProtocolError("session_field_immutable", "the input audio format and rate cannot change "
                                   "after the session started", event_id=event.event_id)
@@ -236,6 +268,7 @@ class RemoteConversation:
             raise p.ProtocolError("unsupported_sample_rate", f"input_sample_rate must be one of "
                                   f"{sorted(SUPPORTED_RATES)}", event_id=event.event_id)
         self._encoder.configure(audio_format, rate)
+        self._rates.configure(rate)
         if not self._configured:
             self._configured = self._first_reply_pending = True
         message = {"type": "session.update", "session": translate_session_update(update, self.remote)}
@@ -262,13 +295,17 @@ class RemoteConversation:
         return [(message, 0.0)]
 
     def _playback_ack(self, event: p.PlaybackAck) -> list[tuple[dict[str, Any], float]]:
-        item_id = self._items.get(event.response_id)
+        response_id = event.response_id or self._last_response
+        if response_id is None:
+            return []
+        item_id = event.item_id or self._items.get(response_id)
         if self._caps.supports_playback_ack:
-            message: dict[str, Any] = {"type": "playback.ack", "response_id": event.response_id,
-                                       "played_ms": event.played_ms, "committed_ms": event.played_ms}
+            committed = event.played_ms if event.committed_ms is None else event.committed_ms
+            message: dict[str, Any] = {"type": "playback.ack", "response_id": response_id,
+                                       "played_ms": event.played_ms, "committed_ms": committed}
             if item_id:
                 message["item_id"] = item_id
-            if event.response_id in self._cut and self._caps.supports_truncation:
+            if (event.truncate or response_id in self._cut) and self._caps.supports_truncation:
                 message["truncate"] = True
             return [(message, 0.0)]
         if self._caps.supports_truncation and item_id:
@@ -299,7 +336,10 @@ class RemoteConversation:
             elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
                                   aiohttp.WSMsgType.ERROR):
                 self._connected.clear()
-                if self._caps.supports_resume and self.remote.resume_token and await self._resume():
+                if self._close_reason is not None:
+                    self._spawn_shutdown(p.SessionClosed(self._close_reason))
+                    return
+                if self._resumable and await self._resume():
                     continue
                 self._emit(p.ErrorEvent.of("backend_disconnected", f"lost the connection to the duplex server "
                                            f"(close code {self._ws.close_code})", error_type="server_error"))
@@ -323,18 +363,31 @@ class RemoteConversation:
             self._last_seq = seq
             self._ack_events()
         self._last_event_at = time.monotonic()
+        kind = data.get("type")
+        if kind == "session.resync_required":
+            # The server's replay journal overflowed: the session is fine, only a resume could not be complete.
+            log.info("session %s: the server cannot replay a resume any more (%s)", self.session_id,
+                     data.get("reason"))
+            self._resumable = False
+            return False
+        if self._opening_echo_window and (kind == "session.heartbeat_ack" or _error_event_id(data) == _OPENING_BARRIER):
+            self._opening_echo_window = False
+            return False
+        if self._opening_echo_window and kind == "session.updated":
+            return False  # the echo of the opening update
+        if kind == "session.closed" and self._close_reason is not None:
+            self._spawn_shutdown(p.SessionClosed(self._close_reason))
+            return True
         if data.get("type") in _TERMINAL_TYPES:
             ended = f"the duplex server ended the session: {data.get('type')} {data.get('reason', '')}".strip()
             self._emit(p.ErrorEvent.of("backend_disconnected", ended, error_type="server_error"))
             self._spawn_shutdown(p.SessionClosed(str(data.get("reason") or data["type"])))
             return True
-        event = self._reader.read(data)
-        if event is None:
-            return False
-        if isinstance(event, p.SessionClosed):
-            self._spawn_shutdown(event)
-            return True
-        self._on_event(event)
+        for event in self._reader.read(data):
+            if isinstance(event, p.SessionClosed):
+                self._spawn_shutdown(event)
+                return True
+            self._on_event(event)
         return False
 
     def _on_event(self, event: p.ServerEvent) -> None:
@@ -357,6 +410,7 @@ class RemoteConversation:
             return
         if isinstance(event, p.ResponseCreated):
             self._items[event.response_id] = event.item_id
+            self._last_response = event.response_id
             if len(self._items) > 256:
                 self._items.pop(next(iter(self._items)))
         elif isinstance(event, p.ResponseAudioDelta):
@@ -377,7 +431,10 @@ class RemoteConversation:
     async def _resume(self) -> bool:
         """Reattach to the session on a new socket; True when the server replays what we missed."""
         delay = self.options.resume_backoff_s
-        for attempt in range(1, self.options.resume_tries + 1):
+        give_up_at = time.monotonic() + self.options.resume_window_s
+        attempt = 0
+        while time.monotonic() + delay < give_up_at:
+            attempt += 1
             await asyncio.sleep(delay)
             delay = min(2 * delay, 2.0)
             try:
@@ -444,6 +501,14 @@ class RemoteConversation:
         self._tasks = [asyncio.create_task(self._read(), name=f"remote-read-{name}"),
                        asyncio.create_task(self._write(), name=f"remote-write-{name}"),
                        asyncio.create_task(self._watch_stalls(), name=f"remote-stalls-{name}")]
+        if self.remote.extended:
+            self._tasks.append(asyncio.create_task(self._heartbeat(), name=f"remote-heartbeat-{name}"))
+
+    async def _heartbeat(self) -> None:
+        """``session.heartbeat`` every interval: vLLM-Omni reaps a session whose lease is not refreshed."""
+        while True:
+            await asyncio.sleep(self.options.heartbeat_interval_s)
+            self._outgoing.put(Outgoing('{"type":"session.heartbeat"}'))
 
     def _spawn_shutdown(self, closed: p.SessionClosed) -> None:
         """Shut down from inside the reader: the shutdown runs as its own task, kept in ``_tasks``."""
@@ -475,15 +540,14 @@ class RemoteConversation:
             self._events.put_nowait(event)
 
 
-def _appends(packets: list[tuple[str, float]]) -> list[tuple[dict[str, Any], float]]:
-    return [({"type": "input_audio_buffer.append", "audio": audio}, ms) for audio, ms in packets]
-
-
 def _wire(event: p.ClientEvent) -> dict[str, Any]:
-    data = codec.encode_event(event)
-    if data.get("event_id") is None:
-        data.pop("event_id", None)
-    return data
+    """A client event as JSON, without the optional fields it leaves unset."""
+    return {k: v for k, v in codec.encode_event(event).items() if v is not None}
+
+
+def _error_event_id(data: dict[str, Any]) -> str | None:
+    error = data.get("error") if data.get("type") == "error" else None
+    return error.get("event_id") if isinstance(error, dict) else None
 
 
 def _error_code(data: dict[str, Any] | None) -> str | None:

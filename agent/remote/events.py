@@ -1,12 +1,17 @@
 """Server messages from a remote duplex server -> our typed events.
 
-Our own endpoint already speaks ``agent.protocol``. vLLM-Omni's speaks the same
-names with a different shape in places (``sample_rate_hz`` and
-``metadata.audio_duration_ms`` on audio deltas, ``response.status`` nested in
-``response.done``, flat handshake errors, beta ``response.audio.*`` names);
-``ServerMessageReader`` fills our fields from theirs before decoding, and
-drops the events that have no counterpart here (item, content-part and
-rate-limit bookkeeping).
+Both our endpoint and vLLM-Omni's send vLLM-Omni's shapes (``format`` and
+``sample_rate_hz`` on audio deltas with a cumulative ``metadata.audio_duration_ms``
+and ``audio_text_marks``, ``response.status`` nested in ``response.done``, flat
+handshake errors, beta ``response.audio.*`` names); ours adds our flat fields
+beside them. ``ServerMessageReader`` fills our fields from theirs before
+decoding, and drops the events that have no counterpart here (item,
+content-part and rate-limit bookkeeping).
+
+vLLM-Omni's text marks count transcript characters (``text_chars``) while the
+words themselves come in the transcript delta that follows each audio delta;
+an audio delta whose marks point past the transcript known so far waits for
+that next message, so its marks carry their words.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import INPUT_FORMATS, parse_audio_format
 
 log = logging.getLogger("duplex_agent.remote")
 
@@ -33,7 +39,6 @@ _BETA_NAMES = {
     "response.audio_transcript.delta": "response.output_audio_transcript.delta",
     "response.audio_transcript.done": "response.output_audio_transcript.done",
 }
-_PCM_WIDTH = {"pcm16": 2, "pcm_f32le": 4}
 
 
 class ServerMessageReader:
@@ -42,9 +47,31 @@ class ServerMessageReader:
     def __init__(self, output_rate: int) -> None:
         self.output_rate = output_rate
         self._audio_ms: dict[str, float] = {}  # response -> audio received so far
+        self._texts: dict[str, _ResponseText] = {}
+        self._held: tuple[p.ResponseAudioDelta, list[dict[str, Any]]] | None = None
+        self._pending_marks: list[dict[str, Any]] = []  # the vLLM-Omni marks of the delta being read
         self._warned: set[str] = set()
 
-    def read(self, data: Any) -> p.ServerEvent | None:
+    def read(self, data: Any) -> list[p.ServerEvent]:
+        """The typed events this message completes (an audio delta held for its words comes first)."""
+        kind = _BETA_NAMES.get(data.get("type"), data.get("type")) if isinstance(data, dict) else None
+        if kind == "response.output_audio_transcript.delta" and isinstance(data.get("delta"), str):
+            self._text(str(data.get("response_id"))).text += data["delta"]
+        released: list[p.ServerEvent] = []
+        if self._held is not None:
+            (delta, marks), self._held = self._held, None
+            delta.marks = self._marks(delta, marks)
+            released.append(delta)
+        self._pending_marks = []
+        event = self._read_one(data)
+        if isinstance(event, p.ResponseAudioDelta) and self._pending_marks:
+            if self._pending_marks[-1]["text_chars"] > len(self._text(event.response_id).text):
+                self._held = (event, self._pending_marks)  # its words come with the next message
+                return released
+            event.marks = self._marks(event, self._pending_marks)
+        return released + ([event] if event is not None else [])
+
+    def _read_one(self, data: Any) -> p.ServerEvent | None:
         """The typed event, or None when the message is to be skipped (logged)."""
         if not isinstance(data, dict):
             log.warning("skipping a server message that is not a JSON object")
@@ -65,7 +92,23 @@ class ServerMessageReader:
             return None
         if isinstance(event, p.ResponseDone):
             self._audio_ms.pop(event.response_id, None)
+            self._texts.pop(event.response_id, None)
         return event
+
+    def _text(self, response_id: str) -> _ResponseText:
+        return self._texts.setdefault(response_id, _ResponseText())
+
+    def _marks(self, delta: p.ResponseAudioDelta, marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """vLLM-Omni's ``{text_chars, audio_end_ms}`` marks -> ours ``{text, start_ms, end_ms}``."""
+        state = self._text(delta.response_id)
+        ours = []
+        for mark in marks:
+            chars, end_ms = int(mark["text_chars"]), float(mark["audio_end_ms"])
+            words = state.text[state.marked_chars:chars].strip()
+            if words:
+                ours.append({"text": words, "start_ms": max(state.marked_ms, delta.audio_start_ms), "end_ms": end_ms})
+            state.marked_chars, state.marked_ms = max(state.marked_chars, chars), max(state.marked_ms, end_ms)
+        return ours
 
     # ---- vLLM-Omni shapes -> ours ----
 
@@ -74,12 +117,15 @@ class ServerMessageReader:
         meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
         rate = data.get("sample_rate", data.get("sample_rate_hz", self.output_rate))
         data.setdefault("sample_rate", rate)
-        if "audio_ms" not in data:
-            duration = meta.get("audio_duration_ms")
-            if not isinstance(duration, int | float) and isinstance(data.get("delta"), str) and isinstance(rate, int):
-                width = _PCM_WIDTH.get(str(data.get("format", "pcm16")), 2)
-                duration = 1000.0 * (len(data["delta"]) * 3 // 4 // width) / rate
-            data["audio_ms"] = duration
+        if "audio_ms" not in data and isinstance(data.get("delta"), str) and isinstance(rate, int) and rate > 0:
+            # This chunk's own length (``metadata.audio_duration_ms`` is the response's total so far).
+            name = parse_audio_format(data.get("format", "pcm16"))[0]
+            data["audio_ms"] = 1000.0 * (_base64_bytes(data["delta"]) // INPUT_FORMATS.get(name or "", 2)) / rate
+        marks = meta.get("audio_text_marks")
+        if "marks" not in data and isinstance(marks, list):
+            self._pending_marks = [m for m in marks if isinstance(m, dict)
+                                   and isinstance(m.get("text_chars"), int | float)
+                                   and isinstance(m.get("audio_end_ms"), int | float)]
         response_id = data.get("response_id")
         if isinstance(response_id, str) and isinstance(data["audio_ms"], int | float):
             start = self._audio_ms.get(response_id, 0.0)
@@ -108,6 +154,19 @@ class ServerMessageReader:
         if not isinstance(data.get("error"), dict):  # vLLM-Omni's flat handshake shape
             data["error"] = {"type": "server_error", "code": data.get("code", "server_error"),
                              "message": str(data.get("error", "")), "event_id": None}
+
+
+class _ResponseText:
+    """One response's transcript so far, and how much of it marks have placed on the audio."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.marked_chars = 0
+        self.marked_ms = 0.0
+
+
+def _base64_bytes(text: str) -> int:
+    return len(text) * 3 // 4 - text[-2:].count("=")
 
 
 def _response_ids(data: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from duplex_agent.agent.protocol.audio import INPUT_FORMATS
+from duplex_agent.agent.protocol.audio import INPUT_FORMATS, parse_audio_format
 from duplex_agent.agent.protocol.events import ProtocolError
 from duplex_agent.plugins.contract import DuplexCapabilities
 
@@ -61,9 +61,10 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
     extended = "implementation_level" in caps or "supports_session_resume" in caps
     input_rate = _first_int(session.get("input_sample_rate"), _audio_rate(session, "input"),
                             caps.get("input_sample_rate")) or 16000
-    input_format = session.get("input_audio_format", "pcm16")
+    declared = session.get("input_audio_format", "pcm16")
+    input_format = parse_audio_format(declared)[0]
     if input_format not in INPUT_FORMATS:
-        raise ProtocolError("unsupported_audio_format", f"the server wants input as {input_format!r}")
+        raise ProtocolError("unsupported_audio_format", f"the server wants input as {declared!r}")
     unit_ms = caps.get("chunk_period_ms")
     unit_samples = _first_int(caps.get("unit_samples"),
                               round(unit_ms * input_rate / 1000) if isinstance(unit_ms, int | float) else None)
@@ -73,13 +74,15 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
         unit_samples=unit_samples or input_rate // 10,
         output_sample_rate=_first_int(caps.get("output_sample_rate"), _audio_rate(session, "output")) or 24000,
         max_sessions=max_sessions,
-        input_mode="continuous" if extended or caps.get("input_mode") == "continuous" else "turn",
+        # Our endpoint says which; every model on vLLM-Omni's is model-native (continuous).
+        input_mode=str(caps["input_mode"]) if caps.get("input_mode") in ("continuous", "turn")
+        else "continuous" if extended else "turn",
         input_formats=tuple(caps.get("input_formats") or (input_format,)),
         supports_barge_in=bool(caps.get("supports_barge_in", False)),
         # vLLM-Omni takes playback.ack from every model; ours says so in the capabilities.
         supports_playback_ack=bool(caps.get("supports_playback_ack", extended)),
         supports_truncation=bool(caps.get("supports_truncation", caps.get("supports_audio_truncate", False))),
-        supports_resume=bool(caps.get("supports_resume", caps.get("supports_session_resume", False))),
+        supports_resume=bool(caps.get("supports_session_resume", caps.get("supports_resume", False))),
         handles_overlap=bool(caps.get("handles_overlap", extended)),
     )
     token = data.get("resume_token")
@@ -98,19 +101,37 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
 def translate_session_update(update: dict[str, Any], remote: RemoteSession) -> dict[str, Any]:
     """The transport's ``session`` fields as the server should get them.
 
-    The transport's audio format and rate stay here (we re-encode). For the
-    vLLM-Omni dialect, overlap policies take its names, and server VAD is
-    dropped for a model that cannot be barged in on (its docs gate
-    ``turn_detection.server_vad`` on ``supports_barge_in``).
+    The transport's audio format and rate stay here (we re-encode). A model-native
+    (continuous) server gets vLLM-Omni's pairs only, which its ``turn_detection``
+    validator accepts: the listen setting (or a model that cannot be barged in on,
+    or ``interrupt_response`` false) is ``turn_detection`` null with ``listen_only``;
+    barge-in is ``server_vad`` with ``barge_in_on_speech``. A turn-based server (ours)
+    commits turns with its VAD and takes our policy names.
     """
     out = {k: v for k, v in update.items() if k not in LOCAL_AUDIO_FIELDS}
-    if not remote.extended:
+    if not remote.extended or remote.capabilities.input_mode != "continuous":
         return out
-    if "overlap_policy" in out:
-        policy = out["overlap_policy"]
-        if policy == "barge_in" and not remote.capabilities.supports_barge_in:
-            policy = "listen"
-        out["overlap_policy"] = _EXTENDED_OVERLAP.get(policy, policy)
-    if isinstance(out.get("turn_detection"), dict) and not remote.capabilities.supports_barge_in:
-        out["turn_detection"] = None
+    if "overlap_policy" not in out and "turn_detection" not in out:
+        return out
+    detection = out.get("turn_detection", {"type": "server_vad"})
+    listen = (out.get("overlap_policy") in ("listen", "listen_only") or detection is None
+              or not remote.capabilities.supports_barge_in
+              or (isinstance(detection, dict) and detection.get("interrupt_response", True) is False))
+    if listen:
+        out["turn_detection"], out["overlap_policy"] = None, "listen_only"
+    else:
+        out["turn_detection"], out["overlap_policy"] = omni_turn_detection(detection), "barge_in_on_speech"
+    return out
+
+
+#: Our ``turn_detection`` keys -> vLLM-Omni's (keys it does not know are left out).
+_OMNI_VAD_KEYS = {"type": "type", "threshold": "threshold", "prefix_padding_ms": "prefix_padding_ms",
+                  "silence_duration_ms": "silence_duration_ms", "min_speech_ms": "min_speech_duration_ms",
+                  "min_speech_duration_ms": "min_speech_duration_ms"}
+
+
+def omni_turn_detection(detection: Any) -> dict[str, Any]:
+    detection = detection if isinstance(detection, dict) else {}
+    out = {_OMNI_VAD_KEYS[k]: v for k, v in detection.items() if k in _OMNI_VAD_KEYS}
+    out["type"] = "server_vad"
     return out

@@ -282,8 +282,12 @@ class InputPipeline:
     async def commit(self, event_id: str | None, *, create_response: bool = True) -> None:
         core = self._core
         if core.continuous:
-            raise p.ProtocolError("commit_not_supported", "this model listens continuously; nothing to commit",
-                                  event_id=event_id)
+            # vLLM-Omni's model-native lane: the audio already streams into the model, which decides
+            # whether to answer; a commit only seals the user's item.
+            item_id = self._input_item_id or core.new_id("item")
+            self._input_item_id = None
+            core.emit(p.InputAudioBufferCommitted(item_id, self._responses.add_user_item(item_id)))
+            return
         if not core.state.input_since_commit and not core.state.audio_buffer.has_pending() \
                 and core.input_request_id is None:
             raise p.ProtocolError("input_audio_buffer_commit_empty", "there is no input audio to commit",

@@ -135,9 +135,9 @@ class ResponseManager:
         for request_id in stale:
             core.plugin.data_plane.close_stream(request_id)
         response.ledger.interrupt()
-        core.emit(p.ResponseDone(response.response_id, "cancelled", reason, audio_ms=response.ledger.sent_ms))
-        if response.ledger.unplayed_ms > 0:
+        if response.ledger.unplayed_ms > 0:  # vLLM-Omni's order: the output is cleared, then the response is done
             core.emit(p.OutputAudioBufferCleared(response.response_id))
+        core.emit(p.ResponseDone(response.response_id, "cancelled", reason, audio_ms=response.ledger.sent_ms))
         return True
 
     # ---- client commands ----
@@ -156,6 +156,12 @@ class ResponseManager:
         else:
             raise p.ProtocolError("response_cancel_not_active", "no response to cancel", event_id=command.event_id)
 
+    async def barge_in(self) -> None:
+        """A hard interrupt from the client: cancel what speaks, or stop what still plays; never an error."""
+        if not await self.cancel("barge_in") and self.last is not None:
+            self.last.ledger.interrupt()
+            self._core.emit(p.OutputAudioBufferCleared(self.last.response_id))
+
     async def output_clear(self) -> None:
         target = self.active or self.last
         if not await self.cancel("output_cleared") and target is not None:
@@ -168,14 +174,65 @@ class ResponseManager:
             raise p.ProtocolError("item_not_found", f"no assistant item {command.item_id!r}", event_id=command.event_id)
         item.ledger.acknowledge(command.audio_end_ms)
         item.ledger.interrupt()
+        self._core.emit(p.ConversationItemTruncated(item.item_id, command.audio_end_ms, command.content_index))
 
     def playback_ack(self, command: p.PlaybackAck) -> None:
-        item = next((i for i in reversed(self.history) if i.ledger and i.ledger.response_id == command.response_id),
-                    None)
+        """Acknowledged playback of the named response (by id or item), else of the latest one."""
+        def named(item: HistoryItem) -> bool:
+            assert item.ledger is not None
+            if command.response_id is not None:
+                return item.ledger.response_id == command.response_id
+            return command.item_id is None or item.item_id == command.item_id
+
+        item = next((i for i in reversed(self.history) if i.ledger and named(i)), None)
         if item is None or item.ledger is None:
-            raise p.ProtocolError("response_not_found", f"no response {command.response_id!r}",
+            raise p.ProtocolError("playback_item_not_found", f"no response {command.response_id or command.item_id!r}",
                                   event_id=command.event_id)
-        item.ledger.acknowledge(command.played_ms)
+        ledger = item.ledger
+        ledger.acknowledge(command.played_ms)
+        if command.truncate:
+            ledger.interrupt()
+        playback = {"generated_ms": ledger.generated_ms, "sent_ms": ledger.sent_ms, "played_ms": ledger.played_ms,
+                    "committed_ms": ledger.committed_ms if ledger.committed_ms is not None else ledger.played_ms}
+        self._core.emit(p.PlaybackAcknowledged(ledger.response_id, item.item_id, ledger.played_ms, playback,
+                                               command.truncate))
+
+    # ---- conversation items ----
+
+    def item_create(self, command: p.ConversationItemCreate) -> None:
+        """A completed item enters history (text turns stay history only: responses come from audio)."""
+        item = command.item
+        item_id = item.get("id") if isinstance(item.get("id"), str) else self._core.new_id("item")
+        role = str(item.get("role", "user"))
+        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        text = " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
+                        if isinstance(part, dict)).strip()
+        previous = self.history[-1].item_id if self.history else None
+        self.history.append(HistoryItem(item_id, role, text))
+        self._core.emit(p.ConversationItemCreated(self._item_object(self.history[-1]), previous))
+
+    def item_retrieve(self, command: p.ConversationItemRetrieve) -> None:
+        self._core.emit(p.ConversationItemRetrieved(self._item_object(self._item(command.item_id, command.event_id))))
+
+    def item_delete(self, command: p.ConversationItemDelete) -> None:
+        item = self._item(command.item_id, command.event_id)
+        if self.active is not None and item.ledger is self.active.ledger:
+            raise p.ProtocolError("response_already_active", "cannot delete the item of the active response",
+                                  event_id=command.event_id)
+        self.history.remove(item)
+        self._core.emit(p.ConversationItemDeleted(item.item_id))
+
+    def _item(self, item_id: str, event_id: str | None) -> HistoryItem:
+        item = next((i for i in self.history if i.item_id == item_id), None)
+        if item is None:
+            raise p.ProtocolError("item_not_found", f"no item {item_id!r}", event_id=event_id)
+        return item
+
+    def _item_object(self, item: HistoryItem) -> dict[str, object]:
+        part = {"type": "output_audio", "transcript": item.heard_text} if item.ledger is not None \
+            else {"type": "input_text", "text": item.text}
+        return {"id": item.item_id, "object": "realtime.item", "type": "message", "role": item.role,
+                "status": "completed", "content": [part]}
 
     def commit_model_context(self) -> None:
         """At a turn boundary, the model keeps only the assistant words the caller heard."""

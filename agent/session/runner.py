@@ -240,7 +240,7 @@ class DuplexSessionRunner:
         if isinstance(command, p.InputAudioBufferAppend):
             await self._input.append(command)
         elif isinstance(command, p.InputAudioBufferCommit):
-            await self._input.commit(command.event_id)
+            await self._input.commit(command.event_id, create_response=command.response_create is not False)
         elif isinstance(command, p.InputAudioBufferClear):
             self._input.clear()
             self._emit(p.InputAudioBufferCleared())
@@ -254,6 +254,14 @@ class DuplexSessionRunner:
             self._responses.playback_ack(command)
         elif isinstance(command, p.OutputAudioBufferClear):
             await self._responses.output_clear()
+        elif isinstance(command, p.BargeIn):
+            await self._responses.barge_in()
+        elif isinstance(command, p.ConversationItemCreate):
+            self._responses.item_create(command)
+        elif isinstance(command, p.ConversationItemRetrieve):
+            self._responses.item_retrieve(command)
+        elif isinstance(command, p.ConversationItemDelete):
+            self._responses.item_delete(command)
         elif isinstance(command, p.InputDtmf):
             if command.digit not in DTMF_DIGITS:
                 raise p.ProtocolError("invalid_field", f"DTMF digit must be one of {''.join(sorted(DTMF_DIGITS))}")
@@ -262,7 +270,8 @@ class DuplexSessionRunner:
     async def _session_update(self, command: p.SessionUpdate) -> None:
         core, plugin = self._core, self.plugin
         update = dict(command.session)
-        if not core.configured:
+        if not core.configured and update.get("overlap_policy") != "listen_only":
+            # Server VAD unless told otherwise (vLLM-Omni's listen_only means turn_detection null).
             update.setdefault("turn_detection", {"type": "server_vad"})
         config = apply_session_update(core.config, update, started=core.configured)
         plugin.validate_client_extra_body(config.extra_body)

@@ -56,6 +56,7 @@ class FakeSession:
         self.seq = 0
         self.journal: list[dict[str, Any]] = []
         self.received: list[dict[str, Any]] = []
+        self.heartbeats = 0
         self.ws: web.WebSocketResponse | None = None
 
     def stamp(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -70,11 +71,17 @@ class FakeSession:
         await self.ws.send_str(json.dumps(stamped))
 
     async def receive(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """The next client message; heartbeats are answered (as vLLM-Omni does) and counted, not returned."""
         assert self.ws is not None
-        message = await self.ws.receive(timeout=timeout)
-        if message.type != WSMsgType.TEXT:
-            return None
-        data = json.loads(message.data)
+        while True:
+            message = await self.ws.receive(timeout=timeout)
+            if message.type != WSMsgType.TEXT:
+                return None
+            data = json.loads(message.data)
+            if data.get("type") != "session.heartbeat":
+                break
+            self.heartbeats += 1
+            await self.send({"type": "session.heartbeat_ack", "session_id": "duplex-1"})
         self.received.append(data)
         return data
 

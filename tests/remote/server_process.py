@@ -23,7 +23,8 @@ REPLY = " ".join(f"word{i}" for i in range(60))
 async def main(port: int) -> None:
     plugin = ScriptedPlugin(as_float32_audio, Script(reply=REPLY, word_delay_s=0.05))
     backend = LocalBackend(plugin, plugin.build_local_engine())
-    runner = web.AppRunner(build_app(backend, Settings(), with_webrtc=False))
+    # A killed process keeps nothing to resume: the client must not wait for one.
+    runner = web.AppRunner(build_app(backend, Settings(resume_grace_s=0), with_webrtc=False))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     print("ready", flush=True)

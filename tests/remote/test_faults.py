@@ -193,7 +193,7 @@ async def test_a_dropped_connection_resumes_and_the_server_replays_what_was_miss
 
     resume = next(m for m in session.received if m["type"] == "session.resume")
     assert resume == {"type": "session.resume", "session_id": "duplex-1", "resume_token": "tok-1",
-                      "last_received_server_event_seq": 4}  # session.created, response.created, two deltas
+                      "last_received_server_event_seq": 5}  # created, heartbeat_ack, response.created, two deltas
     assert server.requests[1].query["autostart"] == "0"
     assert conversation.remote.resume_token == "tok-2" and conversation.resumes == 1
     deltas = [e for e in seen if isinstance(e, p.ResponseAudioDelta)]

@@ -54,20 +54,41 @@ def test_session_update_keeps_local_audio_fields_and_speaks_the_servers_policy_n
 
 def test_vllm_omni_event_shapes_become_ours():
     reader = ServerMessageReader(24000)
-    created = reader.read({"type": "response.created", "response_id": "r1", "response": {"id": "r1"}})
+    [created] = reader.read({"type": "response.created", "response_id": "r1", "response": {"id": "r1"}})
     assert created == p.ResponseCreated("r1", "item_r1")
-    first = reader.read(audio_delta("r1", 100))
-    second = reader.read({**audio_delta("r1", 60), "type": "response.audio.delta"})  # beta spelling
+    # metadata.audio_duration_ms is the response's total so far; each chunk's length is its own.
+    [first] = reader.read({**audio_delta("r1", 100), "metadata": {"audio_duration_ms": 100}})
+    [second] = reader.read({**audio_delta("r1", 60), "type": "response.audio.delta",  # beta spelling
+                            "metadata": {"audio_duration_ms": 160}})
     assert isinstance(first, p.ResponseAudioDelta) and isinstance(second, p.ResponseAudioDelta)
     assert (first.sample_rate, first.audio_start_ms, first.audio_ms) == (24000, 0.0, 100.0)
     assert (second.audio_start_ms, second.audio_ms) == (100.0, 60.0)
-    done = reader.read(response_done("r1", "cancelled", "barge_in"))
+    [done] = reader.read(response_done("r1", "cancelled", "barge_in"))
     assert done == p.ResponseDone("r1", "cancelled", "barge_in")
-    flat = reader.read({"type": "error", "error": "Unknown or expired session", "code": "session_resume_expired"})
+    [flat] = reader.read({"type": "error", "error": "Unknown or expired session", "code": "session_resume_expired"})
     assert isinstance(flat, p.ErrorEvent) and flat.code == "session_resume_expired"
-    assert reader.read({"type": "rate_limits.updated", "rate_limits": []}) is None
-    assert reader.read({"type": "no.such.event"}) is None
-    assert reader.read({"type": "response.output_audio.delta", "response_id": 7}) is None
+    assert reader.read({"type": "rate_limits.updated", "rate_limits": []}) == []
+    assert reader.read({"type": "no.such.event"}) == []
+    assert reader.read({"type": "response.output_audio.delta", "response_id": 7}) == []
+    [stopped] = reader.read({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 900, "item_id": None})
+    assert stopped == p.SpeechStopped(900.0, None)
+
+
+def test_pcm_f32le_deltas_and_text_marks_with_their_words():
+    reader = ServerMessageReader(24000)
+    samples = np.full(2400, 0.25, dtype="<f4")  # 100 ms at 24 kHz
+    delta = {"type": "response.output_audio.delta", "response_id": "r1", "item_id": "item_r1",
+             "delta": base64.b64encode(samples.tobytes()).decode(), "format": "pcm_f32le", "sample_rate_hz": 24000,
+             "metadata": {"audio_duration_ms": 100, "audio_text_marks": [{"text_chars": 5, "audio_end_ms": 60},
+                                                                        {"text_chars": 11, "audio_end_ms": 100}]}}
+    assert reader.read(delta) == []  # its words are in the transcript delta that follows
+    transcript = {"type": "response.output_audio_transcript.delta", "response_id": "r1", "item_id": "item_r1",
+                  "delta": "Hello there"}
+    audio, text = reader.read(transcript)
+    assert isinstance(audio, p.ResponseAudioDelta) and isinstance(text, p.ResponseTranscriptDelta)
+    assert audio.audio_ms == 100.0 and np.allclose(audio.audio, 0.25)
+    assert audio.marks == [{"text": "Hello", "start_ms": 0.0, "end_ms": 60.0},
+                           {"text": "there", "start_ms": 60.0, "end_ms": 100.0}]
 
 
 async def test_outgoing_queue_drops_oldest_audio_beyond_its_bound():
@@ -127,7 +148,9 @@ async def test_the_client_opens_with_model_and_key_and_reencodes_audio_in_whole_
     conversation.send(p.InputAudioBufferCommit())
     await settle(session, 6)
     update, *appends, commit = session.received[1:]
-    assert update == {"type": "session.update", "session": {"overlap_policy": "barge_in_on_speech"}}
+    # vLLM-Omni refuses barge_in_on_speech without server VAD: the pair goes together.
+    assert update == {"type": "session.update", "session": {"overlap_policy": "barge_in_on_speech",
+                                                            "turn_detection": {"type": "server_vad"}}}
     assert commit == {"type": "input_audio_buffer.commit"}
     sizes = [len(base64.b64decode(a["audio"])) // 2 for a in appends]  # pcm16 at 16 kHz
     assert sizes[:3] == [1600, 1600, 1600]  # 100 ms slices of MiniCPM-o's 1 s unit

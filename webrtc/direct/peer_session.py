@@ -80,7 +80,8 @@ class PeerSession:
         if not self.closed:
             self._on_finished(self, reason)
 
-    async def close(self, reason: str) -> None:
+    async def close(self, reason: str, *, keep_conversation: bool = False) -> None:
+        """Close the peer and all it started; the conversation too unless ``keep_conversation`` (for a resume)."""
         if self.closed:
             return
         self.closed = True
@@ -97,7 +98,8 @@ class PeerSession:
         await self.audio.close()
         self.playout_track.stop()
         try:
-            await self.conversation.close(reason)
+            if not keep_conversation:
+                await self.conversation.close(reason)
         finally:
             await self.pc.close()
             ACTIVE_SESSIONS.labels(transport=TRANSPORT).dec()

@@ -1,9 +1,10 @@
 """HTTP signaling for direct browser peers: ``POST``/``PATCH /api/offer``.
 
-POST takes ``{"sdp", "type": "offer", "pc_id"?}`` and answers
-``{"sdp", "type": "answer", "pc_id"}``; a known ``pc_id`` renegotiates that
-peer. PATCH takes ``{"pc_id", "candidates": [{"candidate", "sdp_mid",
-"sdp_mline_index"}]}`` for clients that trickle ICE. Bad requests get a 4xx
+POST takes ``{"sdp", "type": "offer", "pc_id"?, "resumable"?, "resume"?}`` and
+answers ``{"sdp", "type": "answer", "pc_id", "resume_token"?}``; a known ``pc_id``
+renegotiates that peer, ``resume: {"pc_id", "resume_token"}`` reattaches a
+dropped resumable peer's conversation (see ``resume``). PATCH takes ``{"pc_id", "candidates": [{"candidate", "sdp_mid",
+"sdp_mline_index"}]}`` for clients that trickle ICE; DELETE ``{"pc_id"}`` hangs up. Bad requests get a 4xx
 with ``{"error": {"code", "message"}}``; a full backend gets 503.
 """
 
@@ -20,14 +21,17 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from duplex_agent.agent.metrics import SESSIONS_TOTAL
-from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
+from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.peer_session import TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_CANDIDATES = 64
+#: Ways a peer ends that say nothing about the conversation: a resumable one is parked.
+_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close")
 
 
 class SignalingError(Exception):
@@ -43,18 +47,22 @@ class SignalingError(Exception):
 class PeerRegistry:
     """The live peer sessions of one app, and the tasks closing them."""
 
-    def __init__(self, backend: DuplexBackend, host_address: str, audio_options: dict[str, Any]) -> None:
+    def __init__(self, backend: DuplexBackend, host_address: str, audio_options: dict[str, Any],
+                 resume_grace_s: float = 30.0) -> None:
         self.backend = backend
         self.host_address = host_address
         self.audio_options = audio_options
         self.sessions: dict[str, PeerSession] = {}
+        self.parked = ParkedConversations(resume_grace_s)
         self._closing: set[asyncio.Task[None]] = set()
 
-    async def open(self) -> PeerSession:
-        try:
-            conversation = await self.backend.open()
-        except AdmissionError as exc:
-            raise SignalingError(503, exc.code, str(exc)) from None
+    async def open(self, conversation: Conversation | None = None) -> PeerSession:
+        """A peer for a new conversation, or for ``conversation`` (a resumed one)."""
+        if conversation is None:
+            try:
+                conversation = await self.backend.open()
+            except AdmissionError as exc:
+                raise SignalingError(503, exc.code, str(exc)) from None
         pc_id = uuid.uuid4().hex
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no STUN traffic
         session = PeerSession(pc_id, pc, conversation, on_finished=self.finish, **self.audio_options)
@@ -76,16 +84,22 @@ class PeerRegistry:
 
     async def _close(self, session: PeerSession, reason: str) -> None:
         self.sessions.pop(session.pc_id, None)
+        park = self.parked.is_resumable(session.pc_id) and reason not in _NOT_PARKED
+        if not park:
+            self.parked.forget(session.pc_id)
         try:
-            await session.close(reason)
+            await session.close(reason, keep_conversation=park)
         except Exception:
             logger.exception("closing peer %s failed", session.pc_id)
+        if park:
+            self.parked.park(session.pc_id, session.conversation)
 
     async def close_all(self, _app: web.Application | None = None) -> None:
         for session in list(self.sessions.values()):
             self.finish(session, "shutdown")
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.parked.close_all()
 
 
 WEBRTC_PEERS = web.AppKey("webrtc_peers", PeerRegistry)
@@ -144,7 +158,8 @@ def _session(request: web.Request, pc_id: str) -> PeerSession:
 # ---- handlers ----
 
 
-async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new: bool) -> web.Response:
+async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new: bool,
+                  resumable: bool = False) -> web.Response:
     pc = session.pc
     try:
         with candidates_on(registry.host_address):
@@ -155,7 +170,10 @@ async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new
             registry.finish(session, "bad_offer")
         raise SignalingError(400, "malformed_sdp", f"offer rejected: {exc!r}") from None
     local = pc.localDescription
-    return web.json_response({"sdp": local.sdp, "type": local.type, "pc_id": session.pc_id})
+    answer = {"sdp": local.sdp, "type": local.type, "pc_id": session.pc_id}
+    if resumable:
+        answer["resume_token"] = registry.parked.issue(session.pc_id)
+    return web.json_response(answer)
 
 
 async def post_offer(request: web.Request) -> web.Response:
@@ -166,10 +184,18 @@ async def post_offer(request: web.Request) -> web.Response:
         if _field(data, "type", str) != "offer":
             raise SignalingError(400, "invalid_field", "type must be 'offer'")
         pc_id = _field(data, "pc_id", str, required=False)
+        resume = _field(data, "resume", dict, required=False)
+        resumable = data.get("resumable") is True or resume is not None
         _check_offer_sdp(sdp)
         if pc_id is not None:
-            return await _answer(registry, _session(request, pc_id), sdp, new=False)
-        return await _answer(registry, await registry.open(), sdp, new=True)
+            return await _answer(registry, _session(request, pc_id), sdp, new=False, resumable=resumable)
+        conversation = None
+        if resume is not None:
+            try:
+                conversation = registry.parked.claim(_field(resume, "pc_id", str), _field(resume, "resume_token", str))
+            except ResumeRefused as exc:
+                raise SignalingError(exc.status, exc.code, str(exc)) from None
+        return await _answer(registry, await registry.open(conversation), sdp, new=True, resumable=resumable)
     except SignalingError as exc:
         return exc.response()
 
@@ -206,17 +232,32 @@ async def patch_offer(request: web.Request) -> web.Response:
         return exc.response()
 
 
+async def delete_offer(request: web.Request) -> web.Response:
+    """``{"pc_id"}``: the page hangs up on purpose; the conversation ends now (it is not kept for a resume)."""
+    try:
+        data = await _read_json(request)
+        registry, pc_id = request.app[WEBRTC_PEERS], _field(data, "pc_id", str)
+        if pc_id not in registry.sessions and await registry.parked.discard(pc_id, "client_close"):
+            return web.Response(status=204)  # its connection went first and it was parked
+        registry.finish(_session(request, pc_id), "client_close")
+        return web.Response(status=204)
+    except SignalingError as exc:
+        return exc.response()
+
+
 def register_webrtc_routes(
-    app: web.Application, backend: DuplexBackend, *, host_address: str, **audio_options: Any
+    app: web.Application, backend: DuplexBackend, *, host_address: str, resume_grace_s: float = 30.0,
+    **audio_options: Any
 ) -> PeerRegistry:
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
     ``audio_options`` go to each call's CallAudioPath (overlap_policy, ...).
     """
-    registry = PeerRegistry(backend, host_address, audio_options)
+    registry = PeerRegistry(backend, host_address, audio_options, resume_grace_s)
     app[WEBRTC_PEERS] = registry
     app.router.add_post("/api/offer", post_offer)
     app.router.add_patch("/api/offer", patch_offer)
+    app.router.add_delete("/api/offer", delete_offer)
     app.on_shutdown.append(registry.close_all)
     return registry

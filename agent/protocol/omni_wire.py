@@ -1,0 +1,206 @@
+"""Server events in vLLM-Omni's exact wire shapes.
+
+Inside the process events stay flat (``ResponseDone.status``, ``ResponseAudioDelta.marks``);
+``ServerWireEncoder`` turns them into what vLLM-Omni's ``/v1/realtime?duplex=1`` sends:
+nested ``response{}`` objects, audio deltas with ``format`` / ``sample_rate_hz`` /
+``output_index`` / ``content_index`` / ``metadata``, ``session`` objects with the GA
+``audio{}`` object and vLLM-Omni's capability names, a server ``event_id`` on every
+event, and vLLM-Omni's error codes and classes. Our own flat fields stay beside them
+(additions a vLLM-Omni client ignores), so clients of either dialect read the same JSON.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from duplex_agent.agent.protocol import codec
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import FORMAT_MIME
+
+#: Our error codes -> vLLM-Omni's, where it has one for the same condition.
+OMNI_ERROR_CODES = {
+    "invalid_event": "bad_event",
+    "missing_field": "bad_event",
+    "invalid_field": "bad_event",
+    "unknown_event_type": "unknown_event",
+    "frame_too_large": "event_too_large",
+    "invalid_audio_base64": "bad_audio",
+    "invalid_audio_length": "bad_event",
+    "invalid_audio_samples": "bad_audio",
+    "response_cancel_not_active": "response_not_active",
+    "input_audio_buffer_commit_empty": "input_audio_buffer_empty",
+    "no_committed_input": "response_create_without_input",
+    "invalid_turn_detection": "unsupported_turn_detection",
+    "append_failed": "runtime_append_failed",
+    "stage_failed": "response_error",
+}
+#: vLLM-Omni's error class per code (``REALTIME_ERROR_TYPES_BY_CODE``); any other code is a request error.
+OMNI_ERROR_TYPES = {
+    "internal_error": "server_error", "runtime_append_failed": "server_error", "response_error": "server_error",
+    "runtime_open_failed": "server_error", "backend_disconnected": "server_error", "backend_stalled": "server_error",
+    "backend_unavailable": "server_error",
+    "resource_exhausted": "rate_limit_error", "duplex_session_busy": "rate_limit_error",
+    "input_backpressure": "rate_limit_error", "shutting_down": "rate_limit_error",
+}
+#: Our overlap policies in vLLM-Omni's names.
+OMNI_OVERLAP = {"barge_in": "barge_in_on_speech", "listen": "listen_only"}
+
+
+def omni_error_code(code: str) -> str:
+    return OMNI_ERROR_CODES.get(code, code)
+
+
+def omni_error(code: str, message: str, *, event_id: str | None = None) -> dict[str, Any]:
+    """An ``error`` event's ``error`` object: vLLM-Omni's code and class, the client's ``event_id``."""
+    code = omni_error_code(code)
+    return {"type": OMNI_ERROR_TYPES.get(code, "invalid_request_error"), "code": code, "message": message,
+            "event_id": event_id}
+
+
+def omni_capabilities(caps: dict[str, Any], *, resumable: bool) -> dict[str, Any]:
+    """Our ``DuplexCapabilities.to_dict()`` plus vLLM-Omni's names for the same facts."""
+    continuous = caps.get("input_mode") == "continuous"
+    return {
+        **caps,
+        # Our endpoint keeps every session resumable, whatever the model.
+        "supports_resume": resumable,
+        "implementation_level": "model_native_duplex" if continuous else "server_turn_detection",
+        "supports_input_append": True,
+        "supports_barge_in": bool(caps.get("supports_barge_in")),
+        "supports_session_resume": resumable,
+        "supports_audio_truncate": bool(caps.get("supports_truncation")),
+        "supports_multi_session": int(caps.get("max_sessions", 1)) > 1,
+        "chunk_period_ms": round(float(caps.get("unit_ms", 0.0))),
+        "input_modes": ["append_audio_chunk"],
+        "signal_sources": ["model_native", "client_event", "server_policy"] if continuous
+        else ["client_event", "server_policy"],
+    }
+
+
+def omni_session(session: dict[str, Any], *, resumable: bool) -> dict[str, Any]:
+    """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session``."""
+    caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
+    in_format = str(session.get("input_audio_format", "pcm16"))
+    out_format = str(session.get("output_audio_format", "pcm16"))
+    in_rate = session.get("input_sample_rate", caps.get("input_sample_rate", 16000))
+    out_rate = caps.get("output_sample_rate", 24000)
+    policy = session.get("overlap_policy")
+    return {
+        "object": "realtime.session",
+        "type": "realtime",
+        **session,
+        "overlap_policy": OMNI_OVERLAP.get(policy, policy) if isinstance(policy, str) else policy,
+        "output_modalities": list(session.get("modalities", ["audio", "text"])),
+        "sample_rate_hz": in_rate,
+        "audio": {
+            "input": {"format": {"type": FORMAT_MIME.get(in_format, in_format), "rate": in_rate},
+                      "sample_rate_hz": in_rate, "turn_detection": session.get("turn_detection")},
+            "output": {"format": {"type": FORMAT_MIME.get(out_format, out_format), "rate": out_rate},
+                       "sample_rate_hz": out_rate},
+        },
+        "capabilities": omni_capabilities(caps, resumable=resumable),
+    }
+
+
+class ServerWireEncoder:
+    """Encodes one session's server events; keeps the per-response text offsets that marks need."""
+
+    def __init__(self, session_id: str, *, output_format: str = "pcm16", resumable: bool = True) -> None:
+        self.session_id = session_id
+        self.output_format = output_format
+        self.resumable = resumable
+        self._text_chars: dict[str, int] = {}  # response -> transcript characters its audio has spoken so far
+
+    def encode(self, event: p.ServerEvent) -> dict[str, Any]:
+        data = codec.encode_event(event, audio_format=self.output_format)
+        data["event_id"] = f"event_{uuid.uuid4().hex[:20]}"
+        shape = _SHAPES.get(type(event))
+        if shape is not None:
+            shape(self, event, data)
+        return data
+
+    # ---- shapes ----
+
+    def _session(self, event: p.SessionCreated | p.SessionUpdated, data: dict[str, Any]) -> None:
+        self.output_format = str(event.session.get("output_audio_format", self.output_format))
+        data["session"] = omni_session(event.session, resumable=self.resumable)
+
+    def _error(self, event: p.ErrorEvent, data: dict[str, Any]) -> None:
+        error = event.error
+        data["error"] = omni_error(str(error.get("code")), str(error.get("message", "")),
+                                   event_id=error.get("event_id"))
+
+    def _response(self, event: p.ResponseCreated | p.ResponseDone, data: dict[str, Any]) -> None:
+        if isinstance(event, p.ResponseCreated):
+            status, details, output = "in_progress", None, []
+            metadata: dict[str, Any] = {"duplex_event": {"type": event.type, "session_id": self.session_id,
+                                                         "response_id": event.response_id}}
+        else:
+            status = event.status
+            details = None if status == "completed" else {"type": status, "reason": event.reason or None}
+            output = [{"id": f"item_{event.response_id}", "object": "realtime.item", "type": "message",
+                       "role": "assistant", "status": status}]
+            metadata = {"type": event.type, "session_id": self.session_id, "response_id": event.response_id,
+                        "playback": {"sent_ms": event.audio_ms}}
+            self._text_chars.pop(event.response_id, None)
+        data["response"] = {"id": event.response_id, "object": "realtime.response", "status": status,
+                            "status_details": details, "output": output, "metadata": metadata}
+
+    def _listen(self, event: p.ResponseListen, data: dict[str, Any]) -> None:
+        data["session_id"] = self.session_id
+        data["response"] = {"id": event.response_id, "object": "realtime.response", "status": "listening",
+                            "metadata": {"type": event.type, "session_id": self.session_id,
+                                         "reason": event.reason or "model_listen"}}
+
+    def _content(self, event: Any, data: dict[str, Any]) -> None:
+        data["output_index"] = 0
+        data["content_index"] = 0
+
+    def _audio(self, event: p.ResponseAudioDelta, data: dict[str, Any]) -> None:
+        self._content(event, data)
+        data["sample_rate_hz"] = event.sample_rate
+        chars = self._text_chars.get(event.response_id, 0)
+        marks = []
+        for mark in event.marks:
+            # Transcript characters spoken by the end of this mark (words joined by single spaces).
+            chars += len(str(mark["text"])) + (1 if chars else 0)
+            marks.append({"text_chars": chars, "audio_end_ms": round(float(mark["end_ms"]))})
+        self._text_chars[event.response_id] = chars
+        end_ms = event.audio_start_ms + event.audio_ms
+        data["metadata"] = {"session_id": self.session_id, "model_speak": True, "end_of_turn": False,
+                            "audio_duration_ms": round(end_ms), "audio_text_marks": marks,
+                            "playback": {"generated_ms": round(end_ms), "sent_ms": round(end_ms)}}
+
+    def _closed(self, event: p.SessionClosed, data: dict[str, Any]) -> None:
+        data["session_id"] = self.session_id
+        data["event"] = {"type": event.type, "reason": event.reason}
+
+    def _acknowledged(self, event: p.PlaybackAcknowledged, data: dict[str, Any]) -> None:
+        data["event"] = {"type": event.type, "session_id": self.session_id, "item_id": event.item_id,
+                         "response_id": event.response_id, "played_ms": event.played_ms,
+                         "committed_ms": event.playback.get("committed_ms", event.played_ms),
+                         "truncate": event.truncate, "playback": event.playback,
+                         "history_committed": event.truncate}
+
+    def _echo(self, event: Any, data: dict[str, Any]) -> None:
+        data["event"] = {k: v for k, v in data.items() if k not in ("event_id", "event")}
+
+
+_SHAPES: dict[type[p.ServerEvent], Any] = {
+    p.SessionCreated: ServerWireEncoder._session,
+    p.SessionUpdated: ServerWireEncoder._session,
+    p.ErrorEvent: ServerWireEncoder._error,
+    p.ResponseCreated: ServerWireEncoder._response,
+    p.ResponseDone: ServerWireEncoder._response,
+    p.ResponseListen: ServerWireEncoder._listen,
+    p.ResponseSpeak: ServerWireEncoder._content,
+    p.ResponseAudioDelta: ServerWireEncoder._audio,
+    p.ResponseAudioDone: ServerWireEncoder._content,
+    p.ResponseTranscriptDelta: ServerWireEncoder._content,
+    p.ResponseTranscriptDone: ServerWireEncoder._content,
+    p.SessionClosed: ServerWireEncoder._closed,
+    p.PlaybackAcknowledged: ServerWireEncoder._acknowledged,
+    p.ConversationItemTruncated: ServerWireEncoder._echo,
+    p.ConversationItemDeleted: ServerWireEncoder._echo,
+}

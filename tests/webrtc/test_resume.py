@@ -1,0 +1,99 @@
+"""A resumable direct peer whose connection goes comes back to the same conversation."""
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from aiortc import RTCSessionDescription
+
+from duplex_agent.agent.protocol.events import SessionUpdate
+from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+
+from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .fakes import EchoBackend
+
+pytestmark = pytest.mark.asyncio
+
+
+async def offer(client: ClientPeer, http: TestClient, **fields) -> tuple[int, dict]:
+    """POST an offer with extra fields (``resumable``, ``resume``); completes the connection when answered."""
+    with candidates_on(client.host_address):
+        await client.pc.setLocalDescription(await client.pc.createOffer())
+    response = await http.post("/api/offer", json={"sdp": client.pc.localDescription.sdp, "type": "offer", **fields})
+    answer = await response.json()
+    if response.status == 200:
+        client.pc_id = answer["pc_id"]
+        await client.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+    return response.status, answer
+
+
+async def serve(backend, host_address, grace_s):
+    app = web.Application()
+    register_webrtc_routes(app, backend, host_address=host_address, resume_grace_s=grace_s)
+    http = TestClient(TestServer(app))
+    await http.start_server()
+    return http, app
+
+
+async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address, grace_s=30)
+    first = ClientPeer(host_address, frames_of(tone_48k(4)))
+    second = ClientPeer(host_address, frames_of(tone_48k(4)))
+    stranger = ClientPeer(host_address, frames_of(tone_48k(1)))
+    try:
+        status, answer = await offer(first, http, resumable=True)
+        assert status == 200 and answer["resume_token"]
+        await wait_for(lambda: first.loud_frames() >= 10, 10, "echoed audio on the first connection")
+        conversation = backend.conversations[0]
+        await first.close()  # the page's network goes
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to notice")
+        assert conversation.closed_reason is None  # parked, not closed
+
+        status, refused = await offer(stranger, http, resume={"pc_id": answer["pc_id"], "resume_token": "nope"})
+        assert status == 403 and refused["error"]["code"] == "invalid_resume_token"
+        status, again = await offer(second, http, resume={"pc_id": answer["pc_id"],
+                                                         "resume_token": answer["resume_token"]})
+        assert status == 200 and again["resume_token"] != answer["resume_token"]
+        await wait_for(lambda: second.loud_frames() >= 10, 10, "echoed audio on the second connection")
+        assert len(backend.conversations) == 1  # the same conversation, no new one
+        assert len(conversation.sent_of(SessionUpdate)) == 2
+        status, reused = await offer(ClientPeer(host_address, frames_of(tone_48k(1))), http,
+                                     resume={"pc_id": answer["pc_id"], "resume_token": answer["resume_token"]})
+        assert status == 404 and reused["error"]["code"] == "session_resume_expired"  # single use
+    finally:
+        for client in (first, second, stranger):
+            await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peers")
+        await app[WEBRTC_PEERS].close_all()
+        await http.close()
+    assert conversation.closed_reason is not None
+
+
+async def test_nobody_coming_back_closes_the_conversation_after_the_grace_period(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address, grace_s=0.3)
+    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    try:
+        await offer(client, http, resumable=True)
+        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        await client.close()
+        conversation = backend.conversations[0]
+        await wait_for(lambda: conversation.closed_reason is not None, 10, "the grace period to end")
+        assert conversation.closed_reason == "disconnect_grace_expired"
+    finally:
+        await http.close()
+
+
+async def test_a_peer_that_did_not_ask_to_be_resumable_ends_its_conversation_at_once(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address, grace_s=30)
+    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    try:
+        status, answer = await offer(client, http)
+        assert status == 200 and "resume_token" not in answer
+        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        await client.close()
+        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
+    finally:
+        await http.close()
