@@ -58,6 +58,7 @@ class SlotOutput:
 
     audio: np.ndarray  # float32, FRAME_SAMPLES at 24 kHz
     text_token: int
+    audio_tokens: tuple[int, ...]
     text: str
     speaking: bool
     #: This frame ended the model's turn (it went quiet).
@@ -117,8 +118,9 @@ class MoshiBatch:
             return
         mask = self._torch.zeros(self.capacity, dtype=self._torch.bool, device=self.device)
         mask[list(slots)] = True
-        self._mimi.reset_streaming(mask)
-        self._gen.reset_streaming(mask)
+        with self._torch.no_grad():
+            self._mimi.reset_streaming(mask)
+            self._gen.reset_streaming(mask)
         for slot in slots:
             self._floor[slot] = FloorTracker(self._floor[slot].quiet_frames_to_yield)
 
@@ -129,7 +131,7 @@ class MoshiBatch:
         (the LM's delay: two frames after it joined).
         """
         torch = self._torch
-        with torch.inference_mode(), _no_compile_on_cpu(self.device):
+        with torch.no_grad(), _no_compile_on_cpu(self.device):
             exec_mask = torch.from_numpy(np.ascontiguousarray(active, dtype=bool)).to(self.device)
             pcm = torch.from_numpy(np.ascontiguousarray(frames, dtype=np.float32)).to(self.device)[:, None, :]
             self._mimi.set_exec_mask(exec_mask)
@@ -145,6 +147,7 @@ class MoshiBatch:
             out = self._mimi.decode(audio_tokens.clamp(min=0))
             out = torch.where(ready[:, None, None], out, torch.zeros_like(out))
             text_ids = text.cpu().numpy()
+            audio_ids = audio_tokens[:, :, 0].cpu().numpy()
             audio = out[:, 0, :].float().cpu().numpy()
             ready_np = ready.cpu().numpy()
         results: list[SlotOutput | None] = []
@@ -155,7 +158,9 @@ class MoshiBatch:
             token = int(text_ids[slot])
             words = token >= 0 and token not in TEXT_PADDING_IDS
             speaking, yielded = self._floor[slot].push(words)
-            results.append(SlotOutput(audio[slot], token, self._decode_text(token) if words else "", speaking, yielded))
+            text = self._decode_text(token) if words else ""
+            results.append(SlotOutput(audio[slot], token, tuple(int(t) for t in audio_ids[slot]), text, speaking,
+                                      yielded))
         return results
 
 
@@ -210,8 +215,9 @@ def load_moshi(spec: MoshiSpec, *, capacity: int) -> MoshiBatch:
                                               num_codebooks=num_codebooks), "Mimi", files and files.mimi_weights)
         lm = _load(lambda: loaders.get_moshi_lm(files.moshi_weights if files else None, lm_kwargs=lm_config,
                                                 device=device, dtype=dtype), "Moshi LM", files and files.moshi_weights)
+        if files is None:
+            _spread_random_codebooks(mimi)
     if files is None:
-        _spread_random_codebooks(mimi)
         print("moshi: tiny config with RANDOM weights (for tests, benchmarks and demos; it says nothing sensible)",
               flush=True)
     decode_text = _text_decoder(files.tokenizer if files else None)
