@@ -10,7 +10,8 @@ package's CUDA graphs (``CUDAGraphed`` inside its streaming states) replay one c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,8 @@ _TINY_WORDS = ("la", "di", "da", "mo", "shi", "ka", "ru", "to", "ne", "po", "mi"
 class MoshiSpec:
     """Which Moshi to run and where (the CLI's --moshi-* and --device flags)."""
 
-    #: "tiny" for the random-weight test model; a config.json path; "" for the checkpoint's own shape.
+    #: "tiny" for the random-weight test model; "7b-random" for Moshi 7B's shape with random weights
+    #: (benchmarks); a config.json path; "" for the checkpoint's own shape.
     config: str = "tiny"
     repo: str = ""
     moshi_weights: str = ""
@@ -50,6 +52,8 @@ class MoshiSpec:
     greedy: bool = False
     seed: int = 1234
     sampling: dict[str, float] = field(default_factory=dict)
+    #: Let moshi torch.compile its hot functions (CUDA only; the first steps then take minutes).
+    compile: bool = False
 
 
 @dataclass(slots=True)
@@ -89,7 +93,8 @@ class MoshiBatch:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, mimi, lm, *, capacity: int, decode_text: Callable[[int], str], greedy: bool = False,
-                 sampling: dict[str, float] | None = None, quiet_frames_to_yield: int = 10) -> None:
+                 sampling: dict[str, float] | None = None, quiet_frames_to_yield: int = 10,
+                 compile: bool = False) -> None:
         import torch
         from moshi.models.lm import LMGen
 
@@ -98,19 +103,21 @@ class MoshiBatch:
         self.capacity = capacity
         self.device = lm.device
         self._torch = torch
+        self._compile = compile and self.device.type == "cuda"
         self._mimi = mimi
         self._decode_text = decode_text
         # Out-of-sync support: every slot keeps its own offset, so slots join at any frame.
         self._gen = LMGen(lm, use_sampling=not greedy, support_out_of_sync=True, **(sampling or {}))
         self._audio_codebooks = lm.dep_q
-        self._mimi.streaming_forever(capacity)
-        self._gen.streaming_forever(capacity)
+        self._streaming = ExitStack()
+        self._streaming.enter_context(self._mimi.streaming(capacity))
+        self._streaming.enter_context(self._gen.streaming(capacity))
         self._floor = [FloorTracker(quiet_frames_to_yield) for _ in range(capacity)]
         self._pad_ids = torch.tensor(TEXT_PADDING_IDS, device=self.device)
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
+    def close(self) -> None:
+        """Leave streaming mode, so the same models can be batched again at another size."""
+        self._streaming.close()
 
     def reset_slots(self, slots: Sequence[int]) -> None:
         """Fresh conversation state in these slots (a session joins)."""
@@ -131,7 +138,7 @@ class MoshiBatch:
         (the LM's delay: two frames after it joined).
         """
         torch = self._torch
-        with torch.no_grad(), _no_compile_on_cpu(self.device):
+        with torch.no_grad(), _compile_unless(self._compile):
             exec_mask = torch.from_numpy(np.ascontiguousarray(active, dtype=bool)).to(self.device)
             pcm = torch.from_numpy(np.ascontiguousarray(frames, dtype=np.float32)).to(self.device)[:, None, :]
             self._mimi.set_exec_mask(exec_mask)
@@ -164,26 +171,40 @@ class MoshiBatch:
         return results
 
 
-class _no_compile_on_cpu:
-    """moshi compiles a few functions with torch.compile, which on the CPU recompiles for minutes."""
+@contextmanager
+def _compile_unless(compile: bool) -> Iterator[None]:
+    """moshi torch.compiles a few functions; on the CPU (and on a GPU unless asked) they run as they are,
+    since compiling takes minutes and recompiles for every new shape."""
+    if compile:
+        yield
+        return
+    from moshi.utils.compile import no_compile
 
-    def __init__(self, device) -> None:
-        self._inner = None
-        if device.type == "cpu":
-            from moshi.utils.compile import no_compile
-
-            self._inner = no_compile()
-
-    def __enter__(self) -> None:
-        if self._inner is not None:
-            self._inner.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._inner is not None:
-            self._inner.__exit__(*exc)
+    with no_compile():
+        yield
 
 
 def load_moshi(spec: MoshiSpec, *, capacity: int) -> MoshiBatch:
+    """The models the spec names, batched over ``capacity`` slots."""
+    models = load_models(spec)
+    log.info("moshi loaded on %s (%s), %d slots", models.lm.device, models.lm.dtype, capacity)
+    return models.batch(capacity)
+
+
+@dataclass(slots=True)
+class MoshiModels:
+    mimi: object
+    lm: object
+    decode_text: Callable[[int], str]
+    spec: MoshiSpec
+
+    def batch(self, capacity: int) -> MoshiBatch:
+        """Streaming over ``capacity`` slots (close the previous batch of these models first)."""
+        return MoshiBatch(self.mimi, self.lm, capacity=capacity, decode_text=self.decode_text,
+                          greedy=self.spec.greedy, sampling=self.spec.sampling, compile=self.spec.compile)
+
+
+def load_models(spec: MoshiSpec) -> MoshiModels:
     """Build the models the spec names; ModelStartError (never a traceback) when it cannot."""
     try:
         import torch
@@ -192,21 +213,23 @@ def load_moshi(spec: MoshiSpec, *, capacity: int) -> MoshiBatch:
         raise ModelStartError(f"the moshi package is not installed ({exc}); see the README, 'Serving Moshi'") from exc
     device = resolve_device(spec.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    random_weights = spec.config in ("tiny", "7b-random")
     tiny = spec.config == "tiny"
     files: CheckpointFiles | None = None
     if spec.moshi_weights or spec.mimi_weights or spec.tokenizer:
-        lm_config = None if tiny or not spec.config else config_from_file(spec.config)
+        lm_config = None if random_weights or not spec.config else config_from_file(spec.config)
         files = explicit_files(spec.moshi_weights, spec.mimi_weights, spec.tokenizer, need_tokenizer=not tiny,
                                lm_config=lm_config)
-    elif not tiny:
+    elif not random_weights:
         files = cached_repo_files(spec.repo)
         if spec.config:
             files = CheckpointFiles(files.moshi_weights, files.mimi_weights, files.tokenizer,
                                     config_from_file(spec.config))
     if tiny:
         lm_config, mimi_config = tiny_lm_config(TINY_TEXT_CARD), tiny_mimi_config()
+    elif files is None:
+        lm_config, mimi_config = full_lm_config(), None
     else:
-        assert files is not None
         lm_config, mimi_config = files.lm_config or full_lm_config(), None
     num_codebooks = max(lm_config["dep_q"], lm_config["n_q"] - lm_config["dep_q"])
     with torch.random.fork_rng(devices=[]):
@@ -218,14 +241,12 @@ def load_moshi(spec: MoshiSpec, *, capacity: int) -> MoshiBatch:
         if files is None:
             _spread_random_codebooks(mimi)
     if files is None:
-        print("moshi: tiny config with RANDOM weights (for tests, benchmarks and demos; it says nothing sensible)",
-              flush=True)
+        print(f"moshi: {spec.config} config with RANDOM weights (for tests, benchmarks and demos; "
+              "it says nothing sensible)", flush=True)
     decode_text = _text_decoder(files.tokenizer if files else None)
     if spec.seed is not None:
         torch.manual_seed(spec.seed)  # sampling draws from the global generator
-    log.info("moshi loaded on %s (%s), %d slots", device, dtype, capacity)
-    return MoshiBatch(mimi, lm, capacity=capacity, decode_text=decode_text, greedy=spec.greedy,
-                      sampling=spec.sampling)
+    return MoshiModels(mimi, lm, decode_text, spec)
 
 
 def _spread_random_codebooks(mimi) -> None:
