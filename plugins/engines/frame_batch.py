@@ -107,7 +107,6 @@ class FrameBatchEngine(DuplexEngine):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._silence = np.zeros(self.frame_samples, dtype=np.float32)
 
     # ---- the engine port ----
 
