@@ -113,7 +113,6 @@ class MoshiBatch:
         self._streaming.enter_context(self._mimi.streaming(capacity))
         self._streaming.enter_context(self._gen.streaming(capacity))
         self._floor = [FloorTracker(quiet_frames_to_yield) for _ in range(capacity)]
-        self._pad_ids = torch.tensor(TEXT_PADDING_IDS, device=self.device)
 
     def close(self) -> None:
         """Leave streaming mode, so the same models can be batched again at another size."""
@@ -244,8 +243,7 @@ def load_models(spec: MoshiSpec) -> MoshiModels:
         print(f"moshi: {spec.config} config with RANDOM weights (for tests, benchmarks and demos; "
               "it says nothing sensible)", flush=True)
     decode_text = _text_decoder(files.tokenizer if files else None)
-    if spec.seed is not None:
-        torch.manual_seed(spec.seed)  # sampling draws from the global generator
+    torch.manual_seed(spec.seed)  # Moshi's sampling draws from torch's global generator
     return MoshiModels(mimi, lm, decode_text, spec)
 
 
