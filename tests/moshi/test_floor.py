@@ -72,3 +72,20 @@ async def test_words_open_a_response_and_a_long_silence_closes_it():
     finally:
         await driver.close()
         await backend.close()
+
+
+def test_word_pieces_become_whole_word_marks_over_the_frames_that_spoke_them():
+    from duplex_agent.agent.protocol.audio import as_float32_audio
+    from duplex_agent.plugins.contract.engine import StageOutput
+    from duplex_agent.plugins.moshi.data_plane import MoshiDataPlane
+
+    plane = MoshiDataPlane(as_float32_audio, sample_rate=SAMPLE_RATE)
+    pieces = [" hel", "lo", " wor", "ld", "", ""]
+    audio = np.zeros(FRAME_SAMPLES, np.float32)
+    projected = [list(plane.project(StageOutput("s-e0-in-1", 0, SlotOutput(audio, 5, (1, 2), p, True, False))))
+                 for p in pieces]
+    marks = [(m["text"], m["start_ms"] + 80.0 * i, m["end_ms"] + 80.0 * i)
+             for i, events in enumerate(projected) for m in events[0]["marks"]]
+    assert marks == [(" hello", 0.0, 160.0), (" world", 160.0, 320.0)]
+    transcript = "".join(e["delta"] for events in projected for e in events[1:])
+    assert transcript == " hello world"
