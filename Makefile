@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: run test bench install install-dev system-deps clean
+.PHONY: run test bench install install-dev install-moshi system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,21 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[reference,livekit,dev]'
 	touch $@ $(VENV)/.installed-run
+
+# Moshi (the `moshi` extra, then the moshi package with --no-deps: its own pins would pull a
+# CUDA torch and downgrade aiohttp). With no torch installed, take the CPU wheel of TORCH_VERSION
+# (on the project's machines it lies in pip's --find-links folder; a GPU host installs its own
+# torch first and keeps it).
+MOSHI_VERSION ?= 0.2.13
+TORCH_VERSION ?= 2.13.0
+$(VENV)/.installed-moshi: pyproject.toml | $(BIN)/python
+	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install --quiet 'torch==$(TORCH_VERSION)'
+	$(BIN)/pip install --quiet -e '.[moshi]'
+	$(BIN)/pip install --quiet --no-deps 'moshi==$(MOSHI_VERSION)'
+	$(BIN)/python -c 'import moshi.models.lm, aiohttp, torch; print("moshi", moshi.__version__, "torch", torch.__version__, "aiohttp", aiohttp.__version__)'
+	touch $@
+
+install-moshi: $(VENV)/.installed-moshi
 
 # The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json,
 # copied into frontend/vendor/ so that a wheel built from this tree carries it.
@@ -44,7 +59,7 @@ system-deps:
 run: install
 	HF_HUB_OFFLINE=1 $(BIN)/duplex-agent serve --host $(HOST) --port $(PORT)
 
-test: install-dev system-deps
+test: install-dev install-moshi system-deps
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: install-dev

@@ -42,6 +42,8 @@ BARGE_IN_LATENCY_MS = Histogram(
     buckets=_LATENCY_BUCKETS_MS, registry=REGISTRY,
 )
 PLAYOUT_UNDERRUNS = Counter("duplex_playout_underruns", "Output frames that had to be silence mid-response", registry=REGISTRY)
+FRAME_OVERRUNS = Counter("duplex_frame_overruns", "Batched model steps that finished after their frame was due",
+                         registry=REGISTRY)
 ERRORS = Counter("duplex_errors", "Error events sent to clients", ["code"], registry=REGISTRY)
 
 

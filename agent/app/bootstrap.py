@@ -33,6 +33,10 @@ def build_backend(settings: Settings) -> DuplexBackend:
     if configure is not None:
         configure(settings)
     engine = plugin.build_local_engine()
+    if hasattr(engine, "on_overrun"):  # a frame-clocked engine counts the steps that overran their frame
+        from duplex_agent.agent.metrics import FRAME_OVERRUNS
+
+        engine.on_overrun = lambda lag_ms: FRAME_OVERRUNS.inc()
     validate_duplex_plugin_sampling(plugin, sampling_defaults=engine.sampling_defaults)
     log.info("loading Silero VAD")
     vad = SileroVadModel.shared()

@@ -11,7 +11,7 @@ import sys
 from duplex_agent.agent.app.bootstrap import start_backend
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
-from duplex_agent.agent.models.model_errors import MissingModelError
+from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 
 log = logging.getLogger("duplex_agent")
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "dev":  # dev also serves the page and mints LiveKit tokens for it
                 warn_if_open(settings)
             return run_worker(settings, dev=args.command == "dev")
-    except MissingModelError as exc:
+    except (MissingModelError, ModelStartError) as exc:
         print(f"duplex-agent: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # settings that cannot work together (TLS files, token lifetime)

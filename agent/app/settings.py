@@ -14,6 +14,7 @@ from pathlib import Path
 PLUGIN_ALIASES = {
     "reference": "duplex_agent.plugins.reference.plugin.ReferencePlugin",
     "scripted": "duplex_agent.plugins.scripted.ScriptedPlugin",
+    "moshi": "duplex_agent.plugins.moshi.plugin.MoshiPlugin",
 }
 
 #: Fields whose values are secrets: never shown in --help, repr or logs.
@@ -60,6 +61,15 @@ class Settings:
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()
     agent_name: str = "duplex-agent"
+    #: Moshi (--plugin moshi): a Hugging Face repo read from the local cache only, or explicit files.
+    moshi_repo: str = "kyutai/moshiko-pytorch-bf16"
+    moshi_weights: str = ""
+    mimi_weights: str = ""
+    moshi_tokenizer: str = ""
+    #: "tiny" (random weights, for tests and demos), a config.json path, or empty for the checkpoint's own.
+    moshi_config: str = ""
+    #: Where an in-process torch model runs: auto (CUDA when present), cpu, cuda, cuda:N.
+    device: str = "auto"
     log_level: str = "INFO"
     #: The key signaling, the websocket, tokens and metrics require (empty: no authentication).
     api_key: str = _secret()

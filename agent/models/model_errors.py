@@ -21,3 +21,10 @@ def require_module(module: str, package: str, what: str | None = None) -> Module
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingModelError(what or module, package) from exc
+
+
+class ModelStartError(RuntimeError):
+    """A model cannot start as configured: files missing, a checkpoint of the wrong shape, no such device.
+
+    The message says what was looked for and where; the CLI prints it and exits 2.
+    """

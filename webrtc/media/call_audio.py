@@ -132,6 +132,14 @@ class CallAudioPath:
         self._dropped_responses: set[str] = set()  # cleared or cancelled: late deltas are dropped
         self._acked: set[str] = set()
         self._marks: dict[str, list[TextMark]] = {}  # response -> which words span which audio
+        # A frame-synchronous model (continuous input, 40 ms or longer units) sends one unit per
+        # tick of its own clock; playout starts a response one unit late, so that the jitter of
+        # that clock against the caller's 20 ms pacing does not run the queue dry.
+        continuous = self._caps.input_mode == "continuous" and self._caps.unit_ms >= 40.0
+        self._jitter_ms = self._caps.unit_ms if continuous else 0.0
+        self._held: dict[str, list[np.ndarray]] = {}  # response -> audio held back before its playout starts
+        self._held_ms: dict[str, float] = {}
+        self._released: set[str] = set()  # responses whose playout has started
         self._underruns_seen = 0
 
         # measurements in flight (perf_counter seconds)
@@ -263,7 +271,8 @@ class CallAudioPath:
                 self._set_state("listening")
         elif isinstance(event, OutputAudioBufferCleared):
             if event.response_id is None:
-                for response_id in self.playout.clear().response_ids:
+                for response_id in self.playout.clear().response_ids + list(self._held_ms):
+                    self._release_held(response_id)
                     self._dropped_responses.add(response_id)
                     self._ack(response_id)
                 self._playout_cleared()
@@ -296,10 +305,25 @@ class CallAudioPath:
         first_at = self._first_delta_at.setdefault(rid, received_at)
         self._marks.setdefault(rid, []).extend(
             TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"])) for m in event.marks)
-        self.playout.push(resampler.process(samples), rid, tag=first_at)
+        audio = resampler.process(samples)
+        if self._jitter_ms and rid not in self._released:
+            self._held.setdefault(rid, []).append(audio)
+            self._held_ms[rid] = self._held_ms.get(rid, 0.0) + event.audio_ms
+            if self._held_ms[rid] <= self._jitter_ms:
+                return
+            audio = self._release_held(rid)
+            self._released.add(rid)
+        self.playout.push(audio, rid, tag=first_at)
+
+    def _release_held(self, response_id: str) -> np.ndarray:
+        self._held_ms.pop(response_id, None)
+        return np.concatenate(self._held.pop(response_id, [np.zeros(0, np.float32)]))
 
     def _finish_response(self, response_id: str) -> None:
-        self._first_delta_at.pop(response_id, None)
+        first_at = self._first_delta_at.pop(response_id, None)
+        self._released.discard(response_id)
+        if response_id in self._held_ms and response_id not in self._dropped_responses:
+            self.playout.push(self._release_held(response_id), response_id, tag=first_at)
         resampler = self._output_resamplers.pop(response_id, None)
         if resampler is not None and response_id not in self._dropped_responses:
             self.playout.push(resampler.flush(), response_id)
@@ -307,6 +331,8 @@ class CallAudioPath:
 
     def _drop_response(self, response_id: str) -> None:
         self._first_delta_at.pop(response_id, None)
+        self._release_held(response_id)
+        self._released.discard(response_id)
         self._output_resamplers.pop(response_id, None)
         self._dropped_responses.add(response_id)
         if self.playout.drop_response(response_id):

@@ -1,0 +1,80 @@
+"""Overlap with a model that handles it itself: the edge clears the agent only under overlap_policy barge_in."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from devtools.speech import speak
+from duplex_agent.agent.app.bootstrap import build_backend
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.protocol.events import (
+    OutputAudioBufferCleared,
+    ResponseDone,
+    SpeechStarted,
+)
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from tests.webrtc.client_peer import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+async def _call(policy: str):
+    backend = build_backend(Settings(plugin="moshi", moshi_config="tiny", device="cpu", max_sessions=1))
+    conversation = await backend.open()
+    events: list = []
+    path = CallAudioPath(conversation, overlap_policy=policy, vad_model=SileroVadModel.shared(),
+                         on_event=events.append)
+    await path.start()
+    return backend, conversation, path, events
+
+
+async def _pace(path: CallAudioPath, mic: np.ndarray, heard: list[np.ndarray]) -> None:
+    """The transport's 20 ms pacing: one caller frame in, one agent frame out, on the loop's clock."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for index in range(0, mic.size, 960):
+        path.push_caller_frame(mic[index:index + 960], 48000)
+        heard.append(path.next_frame())
+        await asyncio.sleep(max(0.0, start + (len(heard)) * 0.02 - loop.time()))  # pacing, not waiting
+
+
+@pytest.mark.parametrize("policy", ["barge_in", "listen"])
+async def test_caller_speech_over_moshi_clears_playout_only_under_barge_in(policy):
+    backend, conversation, path, events = await _call(policy)
+    heard: list[np.ndarray] = []
+    speech = speak("Hold on, wait a moment please.", 48000, after_ms=600)
+    # Two seconds of a silent caller (the tiny Moshi talks regardless), then the caller speaks.
+    mic = np.concatenate([np.zeros(48000 * 2, np.float32), speech])
+    pacing = asyncio.create_task(_pace(path, mic, heard))
+    try:
+        at_onset: dict[str, object] = {}
+
+        def speech_heard() -> bool:
+            if not any(isinstance(e, SpeechStarted) for e in events):
+                return pacing.done()
+            if conversation.active is not None:  # the agent's response when the caller began to speak
+                at_onset.setdefault("ledger", conversation.active.ledger)
+                at_onset.setdefault("generated_ms", conversation.active.ledger.generated_ms)
+            return True
+
+        await wait_for(speech_heard, 30, "the caller's speech to be heard by the worker")
+        await pacing
+        cancelled = [e for e in events if isinstance(e, ResponseDone) and e.status == "cancelled"]
+        if policy == "barge_in":
+            assert path.barge_ins == 1 and cancelled
+            assert any(isinstance(e, OutputAudioBufferCleared) for e in events)
+        else:
+            assert path.barge_ins == 0 and not cancelled
+            assert not any(isinstance(e, OutputAudioBufferCleared) for e in events)
+            # The agent kept talking over the caller: the response it was in went on producing audio.
+            ledger = at_onset["ledger"]
+            assert ledger.generated_ms > at_onset["generated_ms"]  # type: ignore[attr-defined,operator]
+    finally:
+        pacing.cancel()
+        await asyncio.gather(pacing, return_exceptions=True)
+        await path.close()
+        await backend.close()
