@@ -44,6 +44,8 @@ class EndOfTurnModel(SharedModel):
         # One thread for every session of the process: inference releases the GIL, and a
         # queue of short questions beats threads fighting over two cores.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="end-of-turn")
+        self.asked = 0  # questions so far, and answers: for figures, and for tests to wait on
+        self.answered = 0
         logger.info("end-of-turn model loaded in %.2f s", time.perf_counter() - start)
 
     def probability(self, samples: np.ndarray) -> float:
@@ -52,7 +54,13 @@ class EndOfTurnModel(SharedModel):
 
     def ask(self, samples: np.ndarray) -> Future[float]:
         """``probability`` on the model's own thread; the future is not bound to any loop."""
-        return self._thread.submit(self.probability, samples)
+        self.asked += 1
+        future = self._thread.submit(self.probability, samples)
+        future.add_done_callback(self._count_answer)
+        return future
+
+    def _count_answer(self, _: Future[float]) -> None:
+        self.answered += 1
 
 
 class TurnDetector:

@@ -1,5 +1,8 @@
 """The session commits finished sentences sooner with the end-of-turn model (real runner,
-real Piper speech fed in real time as a caller's 20 ms appends, scripted model)."""
+real Piper speech fed as a caller's 20 ms appends, scripted model).
+
+Appends go at a caller's pace; after the speech, each waits for the end-of-turn model's
+answers to be in (a real signal), so a busy machine slows the test, not the verdict."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 from devtools.speech import speak
+from duplex_agent.agent.models.end_of_turn import EndOfTurnModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
@@ -40,10 +44,13 @@ async def commit_delays_ms(backend: LocalBackend, end_of_turn: bool) -> list[flo
     runner.send(p.SessionUpdate({"input_audio_format": "pcm_f32le", "input_sample_rate": SR,
                                  "turn_detection": {"type": "server_vad", "end_of_turn": end_of_turn}}))
     loop = asyncio.get_running_loop()
+    model = EndOfTurnModel.shared()
     delays = []
     sent_frames = 0  # on the session's input timeline
     for sentence in SENTENCES:
-        audio = np.concatenate([np.zeros(SR // 2, np.float32), speak(sentence), np.zeros(SR, np.float32)])
+        speech = speak(sentence)
+        audio = np.concatenate([np.zeros(SR // 2, np.float32), speech, np.zeros(SR, np.float32)])
+        speech_ends = SR // 2 + speech.size
         stopped: list[float] = []
 
         async def read() -> None:
@@ -63,6 +70,8 @@ async def commit_delays_ms(backend: LocalBackend, end_of_turn: bool) -> list[flo
             await asyncio.sleep(max(0.0, start + k * FRAME / SR - loop.time()))
             runner.send(p.InputAudioBufferAppend(audio[i : i + FRAME]))
             sent_frames += 1
+            while i >= speech_ends and model.answered < model.asked and not reader.done():
+                await asyncio.sleep(0.005)  # the answer to a question about this pause is on its way
         await asyncio.wait_for(reader, 10)
     await runner.close()
     return delays
