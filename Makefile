@@ -48,12 +48,12 @@ frontend/node_modules/.installed: frontend/package-lock.json
 install: $(VENV)/.installed-run frontend/node_modules/.installed
 install-dev: $(VENV)/.installed-dev frontend/node_modules/.installed
 
-# Headless Chromium and its driver for the browser tests (Debian packages).
+# Headless Chromium and its driver for the browser tests, espeak-ng for a second voice (Debian packages).
 system-deps:
-	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
-		else echo "note: chromium/chromedriver missing and cannot be installed here; browser tests will skip"; fi; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver espeak-ng >/dev/null; \
+		else echo "note: chromium, chromedriver or espeak-ng missing and cannot be installed here; tests that need them skip"; fi; \
 	fi
 
 run: install

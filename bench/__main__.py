@@ -6,6 +6,8 @@ import sys
 BENCHMARKS = (
     ("bench.runtime_overhead", []),
     ("bench.turn_latency", ["20"]),
+    ("bench.caller_turn_latency", []),
+    ("bench.vad_pass", []),
     ("bench.direct_path", []),
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),

@@ -1,12 +1,14 @@
 """Turn-taking latency of the reference model, where the time goes, and concurrency.
 
 First each stage's real-time factor (bench.stage_rtf). Then each utterance is Piper
-speech fed to a session in real time (20 ms frames on a wall-clock schedule). Turn-taking latency is the end of the user's speech to
-the first agent audio delta, with the echo responder and the default VAD
-silence window. Then several sessions talk at once to find how many this
-machine serves in real time.
+speech fed to a session in real time (20 ms frames on a wall-clock schedule). Turn-taking
+latency is the end of the user's speech to the first agent audio delta, with the echo
+responder, measured twice in the same run: the end-of-turn model on (the default) and off
+(the fixed silence window alone). Then several sessions talk at once to find how many
+this machine serves in real time. This is the worker's share; bench.caller_turn_latency
+measures what a caller over WebRTC hears.
 
-Run: python -m bench.turn_latency [utterances]
+Run: python -m bench.turn_latency [utterances] [--quick]
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ class SessionRun:
     lagging: int = 0
 
 
-async def talk(backend: LocalBackend, sentences: list[str], run: SessionRun, *, lead_ms: float = 300) -> None:
+async def talk(backend: LocalBackend, sentences: list[str], run: SessionRun, *, lead_ms: float = 300,
+               end_of_turn: bool = True) -> None:
     runner = await backend.open()
-    runner.send(p.SessionUpdate({"input_audio_format": "pcm_f32le", "input_sample_rate": RATE}))
+    runner.send(p.SessionUpdate({"input_audio_format": "pcm_f32le", "input_sample_rate": RATE,
+                                 "turn_detection": {"type": "server_vad", "end_of_turn": end_of_turn}}))
     reader = asyncio.create_task(_read(runner, run))
     loop = asyncio.get_running_loop()
     for sentence in sentences:
@@ -110,23 +114,16 @@ def _ms(values: list[float]) -> list[float]:
     return [1000 * v for v in values]
 
 
-async def main(utterances: int) -> None:
-    stage_rtf.main(5)
-    print()
-    plugin = ReferencePlugin(as_float32_audio)
-    backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=16)
-    sentences = [SENTENCES[i % len(SENTENCES)] for i in range(utterances)]
-    for s in set(sentences):
-        speak(s)  # synthesise the inputs before timing anything
-
-    run = SessionRun()
-    await talk(backend, sentences, run)
+def report_turns(run: SessionRun, end_of_turn: bool) -> None:
     done = [t for t in run.turns if t.first_audio is not None]
-    print(f"turn-taking latency, reference model, echo responder, one session, {len(run.turns)} utterances "
-          f"(silence window {VadSettings().silence_duration_ms} ms):")
+    settings = VadSettings()
+    wait = (f"end-of-turn model on: {settings.end_of_turn_silence_ms} ms when P >= {settings.end_of_turn_threshold}, "
+            f"else {settings.silence_duration_ms} ms" if end_of_turn
+            else f"end-of-turn model off: silence window {settings.silence_duration_ms} ms")
+    print(f"turn-taking latency, reference model, echo responder, one session, {len(run.turns)} utterances ({wait}):")
     print("  end of speech -> first audio delta: " + summary(_ms([t.first_audio - t.speech_end for t in done]), "ms", digits=0))
-    print("where the time goes (medians):")
-    print("  end of speech -> speech_stopped (VAD silence window): "
+    print("where the time goes:")
+    print("  end of speech -> speech_stopped (end-of-turn wait):       "
           + summary(_ms([t.stopped - t.speech_end for t in done if t.stopped]), "ms", digits=0))
     print("  speech_stopped -> transcript (ASR, mostly speculative):  "
           + summary(_ms([t.transcribed - t.stopped for t in done if t.stopped and t.transcribed]), "ms", digits=0))
@@ -135,6 +132,25 @@ async def main(utterances: int) -> None:
     if len(done) < len(run.turns):
         print(f"  {len(run.turns) - len(done)} utterances got no audio reply")
 
+
+async def main(utterances: int, quick: bool) -> None:
+    if not quick:
+        stage_rtf.main(5)
+        print()
+    plugin = ReferencePlugin(as_float32_audio)
+    backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=16)
+    sentences = [SENTENCES[i % len(SENTENCES)] for i in range(utterances)]
+    for s in set(sentences):
+        speak(s)  # synthesise the inputs before timing anything
+
+    for end_of_turn in (True, False):
+        run = SessionRun()
+        await talk(backend, sentences, run, end_of_turn=end_of_turn)
+        report_turns(run, end_of_turn)
+
+    if quick:
+        await backend.close()
+        return
     print("concurrent sessions in real time (4 utterances each; 'real time' = every turn answered, "
           "p95 latency under 1.5 s, no lag events):")
     sustained = 0
@@ -158,4 +174,6 @@ async def main(utterances: int) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20))
+    numbers = [a for a in sys.argv[1:] if a.isdigit()]
+    quick = "--quick" in sys.argv
+    asyncio.run(main(int(numbers[0]) if numbers else (8 if quick else 20), quick))

@@ -1,9 +1,12 @@
-"""Real speech for tests: Piper says a sentence, Whisper transcribes what came back."""
+"""Real speech for tests: Piper (or espeak-ng) says a sentence, Whisper transcribes what came back."""
 
 from __future__ import annotations
 
 import functools
+import io
 import re
+import shutil
+import subprocess
 import wave
 from pathlib import Path
 
@@ -25,6 +28,33 @@ def speak(text: str, rate: int = 16000, *, before_ms: float = 0.0, after_ms: flo
     audio = _spoken(text, rate)
     pad = lambda ms: np.zeros(int(rate * ms / 1000), np.float32)  # noqa: E731
     return np.concatenate([pad(before_ms), audio, pad(after_ms)])
+
+
+def espeak(text: str, rate: int = 16000, *, voice: str = "en-us") -> np.ndarray:
+    """espeak-ng's ``voice`` (e.g. "en-us", "en-gb+f3") saying ``text`` at ``rate``, trimmed
+    to the speech (espeak pads with silence). Needs the espeak-ng program (Debian package)."""
+    if shutil.which("espeak-ng") is None:
+        raise FileNotFoundError("espeak-ng is not installed (apt-get install espeak-ng)")
+    wav = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], capture_output=True, check=True).stdout
+    with wave.open(io.BytesIO(wav)) as audio:
+        source_rate = audio.getframerate()
+        samples = np.frombuffer(audio.readframes(audio.getnframes()), "<i2").astype(np.float32) / 32768.0
+    loud = np.flatnonzero(np.abs(samples) > 0.01)
+    samples = samples[loud[0] : loud[-1] + 1] if loud.size else samples
+    return soxr.resample(samples, source_rate, rate).astype(np.float32)
+
+
+def pause_inside(audio: np.ndarray, rate: int, at: float, pause_ms: float) -> np.ndarray:
+    """``audio`` with ``pause_ms`` of silence inserted at the quietest 10 ms near fraction ``at``
+    of it (a gap between words), so the words before the pause keep the prosody of a sentence
+    that goes on; synthesising the two halves apart would make the first sound finished."""
+    frame = rate // 100
+    frames = audio[: audio.size // frame * frame].reshape(-1, frame)
+    energy = np.sqrt(np.mean(frames**2, axis=1))
+    centre, reach = int(at * len(frames)), max(1, len(frames) // 8)
+    lo, hi = max(1, centre - reach), min(len(frames) - 1, centre + reach)
+    cut = (lo + int(np.argmin(energy[lo:hi]))) * frame
+    return np.concatenate([audio[:cut], np.zeros(int(rate * pause_ms / 1000), np.float32), audio[cut:]])
 
 
 def transcribe(samples: np.ndarray, rate: int) -> str:

@@ -149,9 +149,19 @@ function onServerMessage(message) {
     case "metrics":
       ui.turn.textContent = formatMs(event.latency.turn_ms.last);
       ui.barge.textContent = formatMs(event.latency.barge_in_ms.last);
+      showDefinitions(event.definitions || {});
       break;
     case "session.closed": setStatus("The agent ended the call"); break;
     case "error": showError(`Agent error (${event.error.code}): ${event.error.message}`); break;
+  }
+}
+
+// What each figure measures comes from the worker (one definition for the page, /metrics
+// and logs) and shows as the figure's tooltip.
+function showDefinitions(definitions) {
+  for (const box of document.querySelectorAll("[data-figure]")) {
+    const text = definitions[box.dataset.figure];
+    if (text) box.title = text;
   }
 }
 

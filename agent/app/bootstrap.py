@@ -22,6 +22,7 @@ def build_backend(settings: Settings) -> DuplexBackend:
         session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
         return RemoteBackend(settings.backend, model=settings.backend_model, api_key=settings.backend_api_key,
                              max_sessions=settings.max_sessions, session=session)
+    from duplex_agent.agent.models.end_of_turn import EndOfTurnModel
     from duplex_agent.agent.models.vad import SileroVadModel
     from duplex_agent.agent.session.local_backend import LocalBackend
     from duplex_agent.plugins.contract import load_duplex_plugin, validate_duplex_plugin_sampling
@@ -39,6 +40,9 @@ def build_backend(settings: Settings) -> DuplexBackend:
     validate_duplex_plugin_sampling(plugin, sampling_defaults=engine.sampling_defaults)
     log.info("loading Silero VAD")
     vad = SileroVadModel.shared()
+    if plugin.capabilities(max_sessions=settings.max_sessions).input_mode == "turn":
+        log.info("loading the end-of-turn model")  # here, not in the first session's loop
+        EndOfTurnModel.shared()
     return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
 
 

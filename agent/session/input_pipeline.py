@@ -12,7 +12,8 @@ from collections import deque
 
 import numpy as np
 
-from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadStream
+from duplex_agent.agent.models.end_of_turn import EndOfTurnModel, TurnDetector
+from duplex_agent.agent.models.vad import VAD_RATE, SharedScores, SileroVadModel, VadSettings
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.session_config import session_config_dict
@@ -22,8 +23,6 @@ from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
 from duplex_agent.agent.session.stage_router import StageRouter
 from duplex_agent.plugins.contract import PcmAppendReservation
 from duplex_agent.plugins.contract.engine import EngineSubmitError
-
-VAD_RATE = 16000
 
 
 class AppendFailed(RuntimeError):
@@ -47,12 +46,29 @@ class InputPipeline:
         self._vad_model = vad_model
         self._resampler: StreamingResampler | None = None
         self._vad_settings: VadSettings | None = None
-        self._vad: VadStream | None = None
+        self._vad: TurnDetector | None = None
         self._vad_resampler: StreamingResampler | None = None
         self._prefix: deque[np.ndarray] = deque()
         self._prefix_samples = 0
         self._append_seq = 0
         self._input_item_id: str | None = None
+        # The call's edge VAD scores (one VAD pass per call), while this session's input
+        # timeline is the edge's: from the first append, with nothing dropped.
+        self._caller_scores: SharedScores | None = None
+        self._audio_seen = False
+
+    def use_caller_scores(self, scores: SharedScores) -> None:
+        """Read the edge's window scores instead of running the VAD model again."""
+        if not self._audio_seen:
+            self._caller_scores = scores
+            if self._vad is not None:
+                self._vad.vad.scores_in = scores
+
+    def input_dropped(self) -> None:
+        """Some caller audio never reached the VAD: the edge's windows no longer line up."""
+        self._caller_scores = None
+        if self._vad is not None:
+            self._vad.vad.scores_in = None
 
     def configure(self, *, first: bool) -> None:
         """Follow the session's config: the input resampler (once) and server VAD."""
@@ -65,17 +81,32 @@ class InputPipeline:
         if settings == self._vad_settings:
             return
         self._vad_settings = settings
-        self._vad = None
         if settings is None:
+            self._vad = None
+            self.input_dropped()  # the VAD stops following the input
             return
         if self._vad_model is None:
             self._vad_model = SileroVadModel.shared()
-        self._vad = settings.new_stream(self._vad_model, sample_rate=VAD_RATE)
+        # The end-of-turn model only matters where pauses commit turns.
+        end_of_turn = EndOfTurnModel.shared() if settings.end_of_turn and not core.continuous else None
+        if self._vad is not None:
+            self._vad.retune(settings, end_of_turn)  # same stream, same timeline
+            return
+        self._vad = TurnDetector.from_settings(settings, self._vad_model, end_of_turn,
+                                               scores_in=None if self._audio_seen else self._caller_scores)
         self._vad_resampler = StreamingResampler(core.capabilities.input_sample_rate, VAD_RATE)
 
     # ---- appends ----
 
     async def append(self, command: p.InputAudioBufferAppend) -> None:
+        self._audio_seen = True
+        try:
+            await self._append(command)
+        except p.ProtocolError:
+            self.input_dropped()
+            raise
+
+    async def _append(self, command: p.InputAudioBufferAppend) -> None:
         core = self._core
         samples = command.audio
         rate = core.config.input_sample_rate

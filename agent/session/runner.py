@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.models.vad import SharedScores, SileroVadModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.session_config import apply_session_update, session_config_dict
 from duplex_agent.agent.session.core import SessionCore
@@ -164,9 +164,14 @@ class DuplexSessionRunner:
             size = event.audio.nbytes
             if self._queued_append_bytes + size > self.limits.max_pending_input_bytes:
                 self._core.error("input_backpressure", "too much input audio is waiting; slow down", event.event_id)
+                self._input.input_dropped()
                 return
             self._queued_append_bytes += size
         self._mailbox.put_nowait((seq, event))
+
+    def use_caller_vad(self, scores: SharedScores) -> None:
+        """The call's edge VAD scores every window already: turn detection reads its scores."""
+        self._input.use_caller_scores(scores)
 
     def post(self, command: SilenceTick) -> None:
         """Queue an internal command behind the client's."""
@@ -204,6 +209,7 @@ class DuplexSessionRunner:
                 if isinstance(command, p.InputAudioBufferAppend):
                     self._queued_append_bytes -= command.audio.nbytes
                     if seq <= self._broken_through:
+                        self._input.input_dropped()
                         continue
                 try:
                     await self._handle(command)

@@ -7,7 +7,6 @@ more audio and frees the CPU after at most one clause.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,15 +18,12 @@ from duplex_agent.plugins.contract.engine import request_session_id
 from duplex_agent.plugins.engines.inprocess import PythonStage, StageRequest, StageYield
 from duplex_agent.plugins.reference.asr import WhisperRecognizer
 from duplex_agent.plugins.reference.responders import Responder
+from duplex_agent.plugins.reference.speculation import SpeculativeTranscript
 from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
 log = logging.getLogger("duplex_agent.reference")
 
 ASR_RATE = 16000
-#: Trailing quiet audio after which the recogniser transcribes speculatively,
-#: so the transcript is ready when the turn's silence window closes.
-SPECULATE_AFTER_QUIET_MS = 160
-QUIET_RMS = 0.01
 
 
 @dataclass(slots=True)
@@ -39,39 +35,27 @@ class ConversationContext:
 
 
 class RecognizerStage(PythonStage):
-    """Stage 0: gathers a turn's audio units; on the turn's end, Whisper's transcript."""
+    """Stage 0: gathers a turn's audio units; on the turn's end, Whisper's transcript.
+
+    Pieces of the turn are transcribed at its pauses (speculation.py), so most of the
+    words are ready when the turn ends.
+    """
 
     def __init__(self, recognizer: WhisperRecognizer) -> None:
         self._recognizer = recognizer
 
     async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
-        chunks: list[np.ndarray] = []
+        transcript = SpeculativeTranscript(lambda audio: request.offload(self._recognizer.transcribe, audio), ASR_RATE)
         instructions = ""
-        quiet_ms = 0.0
-        speculation: asyncio.Future[str] | None = None
         async for payload in request.inputs():
             assert isinstance(payload, dict)
             instructions = str(payload.get("instructions", instructions))
-            audio = np.frombuffer(payload["audio"], dtype="<f4")  # type: ignore[arg-type]
-            chunks.append(audio)
-            if audio.size and float(np.sqrt(np.mean(audio**2))) >= QUIET_RMS:
-                quiet_ms = 0.0
-                if speculation is not None:  # speech went on: the guess is stale
-                    speculation.cancel()
-                    speculation = None
-            else:
-                quiet_ms += 1000.0 * audio.size / ASR_RATE
-            if speculation is None and quiet_ms >= SPECULATE_AFTER_QUIET_MS:
-                speculation = asyncio.ensure_future(request.offload(self._transcribe, list(chunks)))
+            transcript.add(np.frombuffer(payload["audio"], dtype="<f4"))  # type: ignore[arg-type]
         started = time.monotonic()
-        # Only quiet audio followed the speculation, so its transcript is the turn's.
-        text = await (speculation or request.offload(self._transcribe, chunks))
+        text = await transcript.text()
         waited_ms = 1000.0 * (time.monotonic() - started)
         yield StageYield({"transcript": text, "instructions": instructions}, finished=True,
-                         metadata={"asr_wait_ms": waited_ms})
-
-    def _transcribe(self, chunks: list[np.ndarray]) -> str:
-        return self._recognizer.transcribe(np.concatenate(chunks) if chunks else np.zeros(0, np.float32))
+                         metadata={"asr_wait_ms": waited_ms, "transcriptions": transcript.transcriptions})
 
 
 class ResponderStage(PythonStage):

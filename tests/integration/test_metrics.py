@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from duplex_agent import frontend
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.metrics import FIGURE_DEFINITIONS
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
@@ -126,3 +129,15 @@ async def test_a_bad_realtime_input_counts_an_error_with_its_code(worker):
         # The session serves on after the error.
         await ws.send_str(json.dumps({"type": "input_audio_buffer.clear"}))
         await _receive(ws, "input_audio_buffer.cleared")
+
+
+async def test_each_figure_is_defined_once_for_metrics_the_page_and_logs(worker):
+    """/metrics help text is the same definition the page shows as a tooltip."""
+    http, _ = worker
+    families = await _metrics(http)
+    for family, figure in (("duplex_turn_latency_ms", "turn_ms"), ("duplex_barge_in_latency_ms", "barge_in_ms")):
+        assert families[family].documentation == FIGURE_DEFINITIONS[figure] + " In ms."  # type: ignore[attr-defined]
+    assert "end of the caller's speech" in FIGURE_DEFINITIONS["turn_ms"]
+    page = (Path(frontend.__file__).parent / "index.html").read_text()
+    for figure in ("turn_ms", "barge_in_ms"):
+        assert f'data-figure="{figure}"' in page

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from duplex_agent.agent.models.model_errors import MissingModelError
-from duplex_agent.agent.models.vad import SileroVadModel, VadEvent, VadSettings, VadStream
+from duplex_agent.agent.models.vad import SharedScores, SileroVadModel, VadEvent, VadSettings, VadStream
 
 SR = 16000
 PAD_S = 1.0
@@ -39,9 +39,8 @@ def test_shared_model_is_loaded_once(model):
 
 
 def test_missing_package_names_pip_package(monkeypatch):
-    monkeypatch.setitem(sys.modules, "livekit.plugins.silero", None)
-    monkeypatch.setitem(sys.modules, "silero_vad", None)
-    with pytest.raises(MissingModelError, match="pip install livekit-plugins-silero"):
+    monkeypatch.setitem(sys.modules, "livekit.local_inference", None)
+    with pytest.raises(MissingModelError, match="pip install livekit-local-inference"):
         SileroVadModel()
 
 
@@ -70,13 +69,34 @@ def test_chunking_does_not_change_events(model, fox_16k):
     assert len(whole) == 2
 
 
-def test_reset_restarts_positions(model, fox_16k):
+def test_reset_keeps_the_input_timeline(model, fox_16k):
+    """After reset, events are found again, at positions on the same input timeline (and its
+    512-sample window grid, so another stream's scores for window k still apply)."""
     stream = VadStream(model)
     audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
     first = stream.push(audio)
+    stream.push(np.zeros(100, np.float32))
     stream.reset()
-    assert stream.position_ms == 0 and not stream.speaking
-    assert stream.push(audio) == first
+    assert not stream.speaking
+    offset = 1000.0 * (audio.size + 100) / SR
+    again = stream.push(audio)
+    assert [e.kind for e in again] == [e.kind for e in first]
+    assert all(abs(b.audio_ms - (a.audio_ms + offset)) <= 32 for a, b in zip(first, again))
+    assert all(e.audio_ms % 32 == 0 for e in again)
+
+
+def test_a_stream_reading_shared_scores_runs_no_model_and_finds_the_same_speech(model, fox_16k):
+    audio = np.concatenate([np.zeros(8000, np.float32), fox_16k, np.zeros(16000, np.float32)])
+    scores = SharedScores()
+    edge = VadStream(model, min_speech_ms=32, silence_duration_ms=300, scores_out=scores)
+    turns, alone = VadStream(model, scores_in=scores), VadStream(model)
+    shared_events, own_events = [], []
+    for i in range(0, audio.size, 320):
+        edge.push(audio[i : i + 320])
+        shared_events += turns.push(audio[i : i + 320])
+        own_events += alone.push(audio[i : i + 320])
+    assert shared_events == own_events and len(own_events) == 2
+    assert turns.windows_scored == 0 and edge.windows_scored == alone.windows_scored > 0
 
 
 def test_speaking_while_speech_continues(model, fox_16k):
@@ -109,6 +129,16 @@ def test_settings_from_dict():
     assert (s.threshold, s.silence_duration_ms, s.prefix_padding_ms, s.create_response) == (0.6, 700, 300, False)
     stream = s.new_stream(SileroVadModel.shared())
     assert (stream.threshold, stream.silence_duration_ms) == (0.6, 700)
+    assert (s.end_of_turn, s.end_of_turn_threshold, s.end_of_turn_silence_ms) == (True, 0.5, 200)
+
+
+def test_settings_take_vllm_omni_min_speech_duration_ms():
+    assert VadSettings.from_dict({"min_speech_duration_ms": 250}).min_speech_ms == 250
+    assert VadSettings.from_dict({"min_speech_ms": 80, "min_speech_duration_ms": 80}).min_speech_ms == 80
+
+
+def test_short_full_window_bounds_the_default_short_window():
+    assert VadSettings.from_dict({"silence_duration_ms": 150}).end_of_turn_silence_ms == 150
 
 
 @pytest.mark.parametrize(
@@ -121,6 +151,13 @@ def test_settings_from_dict():
         ({"prefix_padding_ms": True}, "prefix_padding_ms"),
         ({"interrupt_response": "yes"}, "interrupt_response"),
         ({"type": "semantic_vad"}, "type"),
+        ({"threshold": float("nan")}, "threshold"),
+        ({"min_speech_duration_ms": -5}, "min_speech_duration_ms"),
+        ({"min_speech_ms": 100, "min_speech_duration_ms": 200}, "min_speech_duration_ms"),
+        ({"end_of_turn": "auto"}, "end_of_turn"),
+        ({"end_of_turn_threshold": 2}, "end_of_turn_threshold"),
+        ({"end_of_turn_silence_ms": 900}, "end_of_turn_silence_ms"),  # longer than the full window
+        ({"end_of_turn_silence_ms": [200]}, "end_of_turn_silence_ms"),
     ],
 )
 def test_settings_reject_bad_keys(d, key):

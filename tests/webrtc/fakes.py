@@ -105,6 +105,11 @@ class EchoBackend:
 class EnergyVadModel:
     """Quacks like SileroVadModel: speech probability 1 when a window is loud, else 0."""
 
-    def infer(self, window: np.ndarray, state: np.ndarray, sample_rate: int) -> tuple[float, np.ndarray]:
-        rms = float(np.sqrt(np.mean(window[0, -512:] ** 2)))
-        return (1.0 if rms > 0.05 else 0.0), state
+    def open_stream(self) -> EnergyVadModel:
+        return self
+
+    def probability(self, window: np.ndarray) -> float:
+        return 1.0 if float(np.sqrt(np.mean(window**2))) > 0.05 else 0.0
+
+    def reset(self) -> None:
+        pass

@@ -1,8 +1,10 @@
 import asyncio
+import time
 
 import numpy as np
 import pytest
 
+from duplex_agent.agent.metrics import FIGURE_DEFINITIONS
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
@@ -130,18 +132,26 @@ async def test_listen_policy_keeps_playing_over_caller_speech(call):
 
 async def test_finished_response_is_acked_with_its_full_duration_and_turn_latency_measured(call):
     conversation, path, _, states = call
+    for i in range(60):  # 1.2 s of caller audio; the frame of i=50 holds the 1000 ms position
+        if i == 50:
+            before_end = time.perf_counter()
+        path.push_caller_frame(QUIET, 48000)
+        if i == 50:
+            after_end = time.perf_counter()
     conversation.emit(SpeechStopped(audio_end_ms=1000, item_id="u1"))
     await settle()
     assert path.state == "thinking"
     conversation.emit(delta("r1", 100))
     conversation.emit(ResponseAudioDone(response_id="r1", item_id="i-r1"))
     await settle()
+    played_from = time.perf_counter()
     for _ in range(8):
         path.next_frame()
     acks = conversation.sent_of(PlaybackAck)
     assert len(acks) == 1 and acks[0].response_id == "r1"
     assert acks[0].played_ms == pytest.approx(100, abs=1)
-    assert path.figures.last("turn_ms") is not None
+    # Turn latency counts from when the end of the caller's speech reached the worker.
+    assert 1000 * (played_from - after_end) <= path.figures.last("turn_ms") <= 1000 * (time.perf_counter() - before_end)
     assert path.figures.last("output_added_ms") is not None
     assert states == ["thinking", "speaking", "listening"]
 
@@ -179,3 +189,10 @@ async def test_conversation_end_is_reported():
     await conversation.close()
     await asyncio.wait_for(ended.wait(), 1)
     await path.close()
+
+
+async def test_the_page_gets_each_figures_definition(call):
+    _, path, _, _ = call
+    message = path.figures_message()
+    assert message["definitions"] == FIGURE_DEFINITIONS
+    assert set(message["latency"]) == set(FIGURE_DEFINITIONS)

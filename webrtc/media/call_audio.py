@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from duplex_agent.agent.metrics import BARGE_IN_LATENCY_MS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
+from duplex_agent.agent.metrics import BARGE_IN_LATENCY_MS, FIGURE_DEFINITIONS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
 from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.events import (
@@ -56,6 +56,7 @@ PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
     "instructions": (str,),
     "voice": (str, type(None)),
     "overlap_policy": (str,),
+    "turn_detection": (dict,),  # server VAD and end-of-turn settings; the session validates them
 }
 #: What the agent is doing, as the page shows it.
 AGENT_STATES = ("listening", "thinking", "speaking")
@@ -143,7 +144,7 @@ class CallAudioPath:
 
         # measurements in flight (perf_counter seconds)
         self._barge_in_onset_at: float | None = None
-        self._speech_stopped_at: float | None = None
+        self._speech_end_at: float | None = None  # when the end of the caller's speech arrived
         self.barge_ins = 0
         self.state = "listening"
 
@@ -154,6 +155,9 @@ class CallAudioPath:
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model, min_speech_ms=self._onset_min_speech_ms)
+        share = getattr(self._conversation, "use_caller_vad", None)  # an in-process session's turn detection
+        if share is not None:
+            share(self._onset.scores)
         self._conversation.send(
             SessionUpdate(
                 session={
@@ -276,7 +280,8 @@ class CallAudioPath:
                 self._drop_response(event.response_id)
             self._set_state("listening")
         elif isinstance(event, SpeechStopped):
-            self._speech_stopped_at = time.perf_counter()
+            # audio_end_ms is on the input timeline the onset detector keeps (ms of caller audio).
+            self._speech_end_at = self._onset.arrivals.arrival_of(event.audio_end_ms) if self._onset else None
             if not self.playout.playing:
                 self._set_state("thinking")
         elif isinstance(event, SpeechStarted):
@@ -359,16 +364,17 @@ class CallAudioPath:
             self._barge_in_onset_at = None
             self.figures.record("barge_in_ms", ms)
             BARGE_IN_LATENCY_MS.observe(ms)
-            logger.info("barge-in: silent %.1f ms after the caller's speech onset", ms)
+            logger.info("barge-in: silent %.1f ms after the caller's speech onset (barge_in_ms)", ms)
         for progress in self.playout.take_progress():
             if isinstance(progress, ChunkStarted) and progress.first_of_response:
                 if progress.tag is not None:
                     self.figures.record("output_added_ms", 1000.0 * (now - progress.tag))
-                if self._speech_stopped_at is not None:
-                    ms = 1000.0 * (now - self._speech_stopped_at)
-                    self._speech_stopped_at = None
+                if self._speech_end_at is not None:
+                    ms = 1000.0 * (now - self._speech_end_at)
+                    self._speech_end_at = None
                     self.figures.record("turn_ms", ms)
                     TURN_LATENCY_MS.observe(ms)
+                    logger.debug("turn_ms: reply heard %.1f ms after the end of the caller's speech", ms)
                 self._set_state("speaking")
             elif isinstance(progress, ResponsePlayed):
                 self._ack(progress.response_id)
@@ -391,6 +397,7 @@ class CallAudioPath:
         return {
             "type": "metrics",
             "latency": self.figures.snapshot(),
+            "definitions": FIGURE_DEFINITIONS,
             "barge_ins": self.barge_ins,
             "underruns": self.playout.underruns,
             "queued_ms": round(self.playout.queued_ms, 1),

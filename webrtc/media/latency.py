@@ -1,14 +1,15 @@
-"""Recent latency figures of one call, for the page and for logs."""
+"""Recent latency figures of one call, for the page and for logs.
+
+What each figure measures is defined once, in agent/metrics.py (FIGURE_DEFINITIONS).
+"""
 
 from __future__ import annotations
 
 from collections import deque
 
-#: barge_in_ms: caller onset at input -> first silent output frame.
-#: turn_ms: speech_stopped received -> first frame of the next response played.
-#: input_added_ms: caller frame in -> its append handed to the conversation.
-#: output_added_ms: first audio delta of a response received -> its first frame played.
-FIGURES = ("barge_in_ms", "turn_ms", "input_added_ms", "output_added_ms")
+from duplex_agent.agent.metrics import FIGURE_DEFINITIONS
+
+FIGURES = tuple(FIGURE_DEFINITIONS)
 
 
 class LatencyFigures:
@@ -36,3 +37,24 @@ class LatencyFigures:
                 "count": len(values),
             }
         return out
+
+
+class ArrivalClock:
+    """When each stretch of a call's input arrived: input position (ms of caller audio since
+    the call began) -> the perf_counter time of the frame that carried it."""
+
+    def __init__(self, keep: int = 500) -> None:  # 10 s of 20 ms frames
+        self._frames: deque[tuple[float, float]] = deque(maxlen=keep)  # (end ms, arrived at)
+        self.position_ms = 0.0
+
+    def add(self, duration_ms: float, arrived_at: float) -> None:
+        self.position_ms += duration_ms
+        self._frames.append((self.position_ms, arrived_at))
+
+    def arrival_of(self, position_ms: float) -> float | None:
+        """Arrival of the frame holding ``position_ms``; the newest frame's for a later one;
+        None before any input."""
+        for end_ms, arrived_at in self._frames:
+            if end_ms > position_ms:
+                return arrived_at
+        return self._frames[-1][1] if self._frames else None

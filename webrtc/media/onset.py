@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
-from duplex_agent.agent.models.vad import SileroVadModel, VadStream
+from duplex_agent.agent.models.vad import VAD_RATE, SharedScores, VadModel, VadStream
 from duplex_agent.agent.protocol.audio import StreamingResampler
-
-VAD_RATE = 16000
-_ARRIVALS_KEPT = 200  # caller frames remembered (4 s of 20 ms frames)
+from duplex_agent.webrtc.media.latency import ArrivalClock
 
 
 class CallerOnsetDetector:
@@ -18,26 +14,29 @@ class CallerOnsetDetector:
 
     ``push`` returns, when speech starts, the arrival time of the frame holding
     the onset sample, so that latency counts from when that sound reached us.
+    Its window scores (``scores``) serve the session's turn detection too: one
+    VAD pass per call.
     """
 
     def __init__(
         self,
-        model: SileroVadModel,
+        model: VadModel,
         *,
         threshold: float = 0.5,
         min_speech_ms: int = 32,
         silence_duration_ms: int = 300,
     ) -> None:
+        self.scores = SharedScores()
         self._vad = VadStream(
             model,
+            scores_out=self.scores,
             threshold=threshold,
             min_speech_ms=min_speech_ms,
             silence_duration_ms=silence_duration_ms,
             sample_rate=VAD_RATE,
         )
         self._resampler: StreamingResampler | None = None
-        self._input_ms = 0.0
-        self._arrivals: deque[tuple[float, float]] = deque(maxlen=_ARRIVALS_KEPT)  # (end ms, arrived at)
+        self.arrivals = ArrivalClock()
 
     @property
     def speaking(self) -> bool:
@@ -49,16 +48,9 @@ class CallerOnsetDetector:
             # Onset detection needs speed more than fidelity: "QQ" (cubic) holds ~0.1 ms,
             # where "LQ" holds 0-20 ms of each 20 ms frame.
             self._resampler = StreamingResampler(sample_rate, VAD_RATE, quality="QQ")
-        self._input_ms += 1000.0 * samples.size / sample_rate
-        self._arrivals.append((self._input_ms, arrived_at))
+        self.arrivals.add(1000.0 * samples.size / sample_rate, arrived_at)
         onset_at = None
         for event in self._vad.push(self._resampler.process(samples)):
             if event.kind == "speech_started":
-                onset_at = self._arrival_of(event.audio_ms)
+                onset_at = self.arrivals.arrival_of(event.audio_ms)
         return onset_at
-
-    def _arrival_of(self, position_ms: float) -> float:
-        for end_ms, arrived_at in self._arrivals:
-            if end_ms > position_ms:
-                return arrived_at
-        return self._arrivals[-1][1]
