@@ -57,6 +57,9 @@ PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
     "voice": (str, type(None)),
     "overlap_policy": (str,),
 }
+#: The figures the page shows (app.js, "metrics"): a metrics message is worth sending
+#: only when one of these changed. input_added_ms changes every frame and is not one.
+PAGE_FIGURES = ("turn_ms", "barge_in_ms")
 #: What the agent is doing, as the page shows it.
 AGENT_STATES = ("listening", "thinking", "speaking")
 
@@ -359,6 +362,10 @@ class CallAudioPath:
         self.state = state
         if self._on_state is not None:
             self._on_state(state)
+
+    def page_figures(self) -> tuple[Any, ...]:
+        """What the page shows of this call's figures (compare two to see if the page would change)."""
+        return tuple((len(self.figures.recent(name)), self.figures.last(name)) for name in PAGE_FIGURES)
 
     def figures_message(self) -> dict[str, Any]:
         """The ``metrics`` message for the page."""

@@ -137,8 +137,14 @@ class PlayoutQueue:
 
     def next_frame(self) -> np.ndarray:
         """The next 20 ms as int16; silence where the queue ran dry."""
-        out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
         with self._lock:
+            if not self._chunks:  # the common case while the caller talks: no float work at all
+                if self._streaming is not None:
+                    self.underruns += 1
+                self._last_frame_had_audio = False
+                self.frames_out += 1
+                return np.zeros(FRAME_SAMPLES, dtype=np.int16)
+            out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
             filled = 0
             while filled < FRAME_SAMPLES and self._chunks:
                 chunk = self._chunks[0]
@@ -166,7 +172,9 @@ class PlayoutQueue:
                 self._played.popitem(last=False)
             self._last_frame_had_audio = filled > 0
             self.frames_out += 1
-        return (np.clip(out, -1.0, 1.0) * 32767.0).astype(np.int16)
+        np.multiply(out, 32767.0, out=out)
+        np.clip(out, -32767.0, 32767.0, out=out)
+        return out.astype(np.int16)
 
     def take_progress(self) -> list[PlayoutProgress]:
         """What the frames since the last call did: chunk starts and finished responses."""
