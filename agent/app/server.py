@@ -42,7 +42,8 @@ def build_app(
         from duplex_agent.webrtc.direct.signaling import register_webrtc_routes
         from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 
-        register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4())
+        register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
+                               opus_bitrate=settings.opus_bitrate)
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret
         register_livekit_token_routes(

@@ -102,3 +102,10 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
         await client.close()
         await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
+
+
+def test_the_voice_bitrate_is_a_setting():
+    from duplex_agent.agent.app.settings import Settings
+
+    assert Settings().opus_bitrate == 32000
+    assert Settings.from_env({"DUPLEX_OPUS_BITRATE": "24000"}).opus_bitrate == 24000

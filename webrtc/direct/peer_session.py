@@ -28,7 +28,7 @@ from duplex_agent.agent.protocol.events import (
     SessionUpdate,
 )
 from duplex_agent.agent.session.ports import Conversation
-from duplex_agent.webrtc.direct.tracks import CallerAudioReader, PlayoutTrack
+from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -54,6 +54,7 @@ class PeerSession:
         conversation: Conversation,
         *,
         on_finished: Callable[[PeerSession, str], None],
+        opus_bitrate: int = DEFAULT_OPUS_BITRATE,
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
@@ -64,7 +65,7 @@ class PeerSession:
             conversation, on_event=self._forward_event, on_state=self._forward_state,
             on_closed=lambda: self.finish("conversation_closed"), **audio_options,
         )
-        self.playout_track = PlayoutTrack(self.audio.next_frame)
+        self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
         self._reader: CallerAudioReader | None = None
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)

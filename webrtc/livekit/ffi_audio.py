@@ -13,7 +13,7 @@ waits for them: caller frames by stream handle, capture acknowledgements by requ
 id. Its filter hook returns False for everything, so the SDK queues nothing for it.
 The streams and sources themselves are the SDK's own; only how their events reach
 us changes. This leans on the pinned SDK's internals (``AudioStream._ffi_queue``,
-``AudioFrame._proto_info``), which tests/webrtc/test_livekit_audio.py checks.
+``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py checks.
 """
 
 from __future__ import annotations
@@ -91,10 +91,14 @@ class FfiAudioRouter:
         """Let ``stream`` receive only its own events, through this router."""
         loop = stream._loop
         queue: Queue[Any] = Queue()
-        with self._lock:
-            self._streams[stream._ffi_handle.handle] = (loop, queue)
         old, stream._ffi_queue = stream._ffi_queue, queue
-        FfiClient.instance.queue.unsubscribe(old)
+        # Switch over under the SDK's dispatch lock (taken before ours, as its callback thread
+        # does): every event then reaches exactly one of the two queues, none is lost or doubled
+        # (a frame seen twice would free its native buffer twice).
+        with FfiClient.instance.queue._lock:
+            FfiClient.instance.queue.unsubscribe(old)
+            with self._lock:
+                self._streams[stream._ffi_handle.handle] = (loop, queue)
 
         # Events the SDK put on the old queue before it was unsubscribed are already
         # scheduled on this loop; move them over once they have landed.

@@ -42,7 +42,7 @@ from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlayoutQueue, ResponsePlayed
+from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlaybackFinished, PlayoutQueue
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -294,14 +294,14 @@ class CallAudioPath:
         first_at = self._first_delta_at.setdefault(rid, received_at)
         self._marks.setdefault(rid, []).extend(
             TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"])) for m in event.marks)
-        self.playout.push(resampler.process(samples), rid, tag=first_at)
+        self.playout.capture(resampler.process(samples), rid, tag=first_at)
 
     def _finish_response(self, response_id: str) -> None:
         self._first_delta_at.pop(response_id, None)
         resampler = self._output_resamplers.pop(response_id, None)
         if resampler is not None and response_id not in self._dropped_responses:
-            self.playout.push(resampler.flush(), response_id)
-        self.playout.finish(response_id)
+            self.playout.capture(resampler.flush(), response_id)
+        self.playout.flush(response_id)
 
     def _drop_response(self, response_id: str) -> None:
         self._first_delta_at.pop(response_id, None)
@@ -347,7 +347,7 @@ class CallAudioPath:
                     self.figures.record("turn_ms", ms)
                     TURN_LATENCY_MS.observe(ms)
                 self._set_state("speaking")
-            elif isinstance(progress, ResponsePlayed):
+            elif isinstance(progress, PlaybackFinished):
                 self._ack(progress.response_id)
         if self.state == "speaking" and not self.playout.playing:
             self._set_state("listening")
