@@ -121,8 +121,9 @@ class PeerSession:
         if track.kind != "audio" or self._reader is not None:
             return
         self.pc.addTrack(self.playout_track)
+        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track)
         self._reader = CallerAudioReader(
-            track, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
+            receiver, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
         )
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
