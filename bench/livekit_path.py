@@ -1,22 +1,33 @@
 """The LiveKit path's CPU per call at 4, 8 and 16 simultaneous calls, against a bare aiortc echo peer.
 
-Three processes besides the callers: the loopback LiveKit server, the LiveKit worker
-(``bench.livekit_worker``, scripted plugin) and the transport floor (``bench.echo_peer``).
-Rounds alternate between the worker and the floor at each N, in the same run; the
-server's own CPU is reported beside the worker's but left out of it. Figures come
-from the worker's ``/metrics`` and the callers' JSON lines (see ``bench.call_rounds``).
-The issue's marks: per call at 16 within 1.1x of per call at 4, and <= 2 % of a core per call.
+a. The livekit FFI audio fan-out alone (``bench.livekit_ffi``): N calls' audio in and out of
+   one process, the SDK's own source and stream against ours, alternating, same run.
+b. Whole calls: three processes besides the callers, the loopback LiveKit server, the LiveKit
+   worker (``bench.livekit_worker``, scripted plugin) and the transport floor
+   (``bench.echo_peer``); rounds alternate between the worker and the floor at each N (and a
+   ``--control`` checkout's worker, for an A/B). The server's own CPU is reported beside the
+   worker's but left out of it. Figures come from the worker's ``/metrics`` and the callers'
+   JSON lines (see ``bench.call_rounds``). The issue's marks: per call at 16 within 1.1x of
+   per call at 4, and <= 2 % of a core per call.
 
 Prints figures; never passes or fails on time.
 
-Run: python -m bench.livekit_path [--quick] [--sessions 4,8,16] [--window 8] [--profile]
+Run: python -m bench.livekit_path [--quick] [--sessions 4,8,16] [--window 8] [--profile] [--control ../main]
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench.call_rounds import main
+from bench import livekit_ffi
+from bench.call_rounds import main, parse_args
 
 if __name__ == "__main__":
-    sys.exit(main(("livekit", "echo"), "the LiveKit path's CPU per call", __doc__.splitlines()[0]))
+    args = parse_args(__doc__.splitlines()[0], extra=[("--ffi-seconds", {"type": float, "default": None,
+                      "help": "part a's window per round (5; quick: 3; 0 skips part a)"})])
+    seconds = args.ffi_seconds if args.ffi_seconds is not None else (3.0 if args.quick else 5.0)
+    if seconds:
+        print("a. the livekit FFI audio fan-out alone (N calls, a thread and loop each, in this process)", flush=True)
+        livekit_ffi.report(livekit_ffi.run(args.session_counts, seconds), args.session_counts)
+    print("b. whole calls through the loopback LiveKit server", flush=True)
+    sys.exit(main(("livekit", "echo"), "the LiveKit path's CPU per call", args=args))
