@@ -443,23 +443,26 @@ class Rig:
 
 # ---------------------------------------------------------------- where the worker's time goes (py-spy)
 
-#: Innermost match wins: a sample counts for the first of these its stack meets, leaf first.
-PROFILE_PARTS = (
-    ("Opus encode", ("libopus", "webrtc/direct/tracks.py:recv", "codecs/opus.py:encode")),
-    ("Opus decode (aiortc's decoder thread)", ("decoder_worker",)),
-    ("Silero VAD (onnxruntime)", ("onnxruntime", "models/vad.py")),
-    ("resampling (soxr)", ("soxr", "protocol/audio.py")),
-    ("RTP audio level (aiortc)", ("compute_audio_level_dbov",)),
-    ("data channel (SCTP/DTLS)", ("rtcsctptransport.py", "rtcdtlstransport.py:_send_data", "datachannel")),
-    ("RTP/SRTP send and receive", ("rtcrtpsender.py", "rtcrtpreceiver.py", "rtcdtlstransport.py", "pylibsrtp")),
-    ("ICE/UDP", ("aioice",)),
-    ("livekit FFI events", ("livekit/rtc/_ffi_client.py", "livekit/rtc/_utils.py", "ffi_audio.py")),
-    ("livekit SDK (other)", ("livekit/rtc", "livekit/agents")),
-    ("call audio path", ("webrtc/media/",)),
-    ("session runner + plugin", ("agent/session/", "plugins/")),
-    ("asyncio loop and wake-ups", ("asyncio/", "selectors.py")),
-    ("threads (hand-offs, waits)", ("threading.py", "concurrent/futures")),
-)
+#: Innermost match wins: a sample counts for the first part whose pattern its stack meets, leaf first.
+#: py-spy names a frame "function (path:line)"; libopus and soxr run inside the Python frame calling them.
+PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in (
+    ("Opus encode", (r"^recv \(.*webrtc/direct/tracks\.py", r"^encode \(.*codecs/opus\.py")),
+    ("Opus decode", (r"^decoder_worker \(", r"^put \(.*webrtc/direct/tracks\.py", r"^decode \(.*codecs/opus\.py")),
+    ("Silero VAD (onnxruntime)", (r"onnxruntime", r"models/vad\.py")),
+    ("resampling (soxr)", (r"soxr", r"protocol/audio\.py")),
+    ("RTP audio level (aiortc)", (r"^compute_audio_level_dbov",)),
+    ("data channel (SCTP/DTLS)", (r"rtcsctptransport\.py", r"rtcdatachannel\.py")),
+    ("RTP/SRTP send and receive", (r"rtcrtpsender\.py", r"rtcrtpreceiver\.py", r"rtcdtlstransport\.py",
+                                   r"pylibsrtp", r"jitterbuffer\.py", r"aiortc/rtp\.py")),
+    ("ICE/UDP", (r"aioice",)),
+    ("livekit FFI events", (r"livekit/rtc/_ffi_client\.py", r"livekit/rtc/_utils\.py", r"livekit/ffi_audio\.py",
+                            r"livekit/rtc/audio_stream\.py", r"livekit/rtc/audio_source\.py")),
+    ("livekit SDK (other)", (r"livekit/rtc/", r"livekit/agents/")),
+    ("call audio path", (r"webrtc/media/",)),
+    ("session runner + plugin", (r"agent/session/", r"plugins/")),
+    ("asyncio loop and wake-ups", (r"asyncio/", r"selectors\.py")),
+    ("threads (hand-offs, waits)", (r"threading\.py", r"concurrent/futures")),
+))
 
 
 def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
@@ -498,7 +501,7 @@ def profile_shares(collapsed: str) -> dict[str, float]:
         frames = stack.split(";")
         part = "other"
         for frame in reversed(frames):
-            hit = next((name for name, needles in PROFILE_PARTS if any(n in frame for n in needles)), None)
+            hit = next((name for name, patterns in PROFILE_PARTS if any(p.search(frame) for p in patterns)), None)
             if hit is not None:
                 part = hit
                 break
