@@ -52,6 +52,8 @@ TARGET_PER_CALL = {"direct": 3.5, "livekit": 2.0}
 #: Per call at the largest N over per call at the smallest: "linear" means within this.
 LINEAR_WITHIN = 1.1
 CONTROL = "@control"
+#: A worker's loop thread that waited for a CPU this share of the window could not keep up.
+STARVED = 0.25
 
 
 def kind(path: str) -> str:
@@ -126,6 +128,17 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
             times = proc.cpu_times()
             out[proc.pid] = times.user + times.system
     return out
+
+
+def run_queue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread (the worker's event loop) has spent runnable but waiting
+    for a CPU (Linux /proc schedstat); nan elsewhere. On an oversubscribed machine a worker that
+    does its work on one thread gets one thread's share of the cores, whatever it needs."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -250,6 +263,7 @@ class Round:
     worker_cores: float = float("nan")
     server_cores: float = 0.0
     callers_cores: float = float("nan")
+    loop_waited: float = float("nan")  # share of the window the worker's loop thread waited for a CPU
     machine_cores: float = float("nan")
     barge_in: dict[float, float] = field(default_factory=dict)  # the worker's histogram over the round
     interruptions: int = 0
@@ -394,13 +408,16 @@ class Rig:
                 pids["server"] = self.server.pid
             spy = start_profile(worker.pid, args.window, self.log_dir / f"{path}-{sessions}.txt") if profile else None
             before = {k: tree_cpu_s(pid) for k, pid in pids.items()}
+            waited0 = run_queue_wait_s(worker.pid)
             busy0, t0 = all_cpu_s(), time.perf_counter()
             await asyncio.sleep(args.window)
             after = {k: tree_cpu_s(pid) for k, pid in pids.items()}
+            waited = run_queue_wait_s(worker.pid) - waited0
             busy1 = all_cpu_s()
             wall = time.perf_counter() - t0
             result.machine_cores = cpu_delta(busy0, busy1) / wall
             result.window_s = wall
+            result.loop_waited = waited / wall
             result.worker_cores = cpu_delta(before["worker"], after["worker"]) / wall
             result.server_cores = cpu_delta(before["server"], after["server"]) / wall if "server" in pids else 0.0
             result.callers_cores = cpu_delta(before["callers"], after["callers"]) / wall
@@ -523,10 +540,11 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print()
     print("idle, before any call (cores): " + ", ".join(f"{p} {idle[p]:.3f}" for p in rig.paths))
     print(f"CPU: psutil cpu_times deltas of each process over a {rig.args.window:.0f} s window while every call loops "
-          "question -> ~300 ms of reply -> interruption + question ...; per call = (worker cores - its idle) / calls")
+          "question -> ~300 ms of reply -> interruption + question ...; per call = (worker cores - its idle) / calls; "
+          "loop waited = share of the window the worker's main thread was runnable but had no CPU (schedstat)")
     print()
     header = (f"{'path':16} | {'calls':>5} | {'worker cores':>12} | {'% core per call':>15} | {'x echo floor':>12} | "
-              f"{'x control':>9} | {'barge-in p50/p95 ms (n)':>23} | {'underruns':>9}")
+              f"{'x control':>9} | {'loop waited':>11} | {'barge-in p50/p95 ms (n)':>23} | {'underruns':>9}")
     print(header)
     print("-" * len(header))
     floor = {r.sessions: per_call(r, idle) for r in rounds if r.path == "echo"}
@@ -543,7 +561,10 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
                 notes.append(f"machine saturated: {r.machine_cores:.2f} of {cores} cores busy")
             mine = control.get((kind(r.path), sessions)) if not is_control(r.path) else None
             versus = f"{per / mine:.2f}" if mine else "-"
-            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {ratio:>12} | {versus:>9} | {bi:>23} | "
+            if r.loop_waited > STARVED:
+                notes.append("the worker's loop was starved of CPU: it fell behind, so its figure is low")
+            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {ratio:>12} | {versus:>9} | "
+                  f"{100 * r.loop_waited:10.0f}% | {bi:>23} | "
                   f"{r.underruns if r.path != 'echo' else '-':>9}" + (f"   [{'; '.join(notes)}]" if notes else ""))
     for line in skipped:
         print(f"(skipped {line})")
