@@ -461,13 +461,13 @@ class Rig:
 # ---------------------------------------------------------------- where the worker's time goes (py-spy)
 
 #: Innermost match wins: a sample counts for the first part whose pattern its stack meets, leaf first.
-#: py-spy names a frame "function (path:line)"; libopus and soxr run inside the Python frame calling them.
+#: py-spy names a frame "[Class.]function (path:line)"; libopus and soxr run inside the Python frame calling them.
 PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in (
-    ("Opus encode", (r"^recv \(.*webrtc/direct/tracks\.py", r"^encode \(.*codecs/opus\.py")),
-    ("Opus decode", (r"^decoder_worker \(", r"^put \(.*webrtc/direct/tracks\.py", r"^decode \(.*codecs/opus\.py")),
+    ("Opus encode", (r"\brecv \(.*webrtc/direct/tracks\.py", r"\bencode \(.*codecs/opus\.py")),
+    ("Opus decode", (r"\bdecoder_worker \(", r"\bput \(.*webrtc/direct/tracks\.py", r"\bdecode \(.*codecs/opus\.py")),
     ("Silero VAD (onnxruntime)", (r"onnxruntime", r"models/vad\.py")),
     ("resampling (soxr)", (r"soxr", r"protocol/audio\.py")),
-    ("RTP audio level (aiortc)", (r"^compute_audio_level_dbov",)),
+    ("RTP audio level (aiortc)", (r"\bcompute_audio_level_dbov",)),
     ("data channel (SCTP/DTLS)", (r"rtcsctptransport\.py", r"rtcdatachannel\.py")),
     ("RTP/SRTP send and receive", (r"rtcrtpsender\.py", r"rtcrtpreceiver\.py", r"rtcdtlstransport\.py",
                                    r"pylibsrtp", r"jitterbuffer\.py", r"aiortc/rtp\.py")),

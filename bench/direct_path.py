@@ -8,7 +8,9 @@ a. Barge-in at the worker: a real CallAudioPath over a real LocalBackend with th
 b. Added latency: ``input_added_ms`` (caller frame in -> append handed to the
    conversation) and ``output_added_ms`` (audio delta in -> first frame out) from
    the same run, split into work and waiting, next to soxr LQ's own delay.
-c. CPU per call at 4, 8 and 16 simultaneous calls over real WebRTC: the direct
+c. The per-frame edges alone (``bench.direct_edges``): Opus encode and decode as aiortc
+   does them against ours, CPU per frame, alternating in the same run.
+d. CPU per call at 4, 8 and 16 simultaneous calls over real WebRTC: the direct
    worker (``duplex-agent serve --plugin scripted``) and, in the same run, bare
    aiortc echo peers as the transport floor, each its own process, with callers
    that keep barging in (``bench.call_rounds``); the worker's figures from its
@@ -448,9 +450,18 @@ async def barge_in_and_latency(trials: int) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = parse_args(__doc__.splitlines()[0], extra=[("--barge-in-trials", {"type": int, "default": 25,
-                      "help": "part a's interruptions (0 skips parts a and b)"})])
+    args = parse_args(__doc__.splitlines()[0], extra=[
+        ("--barge-in-trials", {"type": int, "default": 25, "help": "part a's interruptions (0 skips parts a and b)"}),
+        ("--edges-seconds", {"type": float, "default": None, "help": "part c's run per mode (4; quick: 2; 0 skips it)"}),
+    ])
     if args.barge_in_trials:
         asyncio.run(barge_in_and_latency(8 if args.quick else args.barge_in_trials))
-    print("c. CPU per call over real WebRTC: the direct worker against bare aiortc echo peers, same run", flush=True)
+    if args.edges_seconds is None:
+        args.edges_seconds = 2.0 if args.quick else 4.0
+    if args.edges_seconds:
+        from bench import direct_edges
+
+        print("c. the per-frame edges alone, aiortc's way vs ours (16 calls on one loop; CPU per frame)", flush=True)
+        asyncio.run(direct_edges.run(16, args.edges_seconds))
+    print("d. CPU per call over real WebRTC: the direct worker against bare aiortc echo peers, same run", flush=True)
     sys.exit(main(("direct", "echo"), "the direct path's CPU per call", args=args))

@@ -21,7 +21,7 @@ def test_percentile_is_nearest_rank():
 
 def test_profile_shares_name_the_innermost_known_part():
     collapsed = "\n".join([
-        "main (x.py:1);recv (/w/webrtc/direct/tracks.py:90) 30",
+        "main (x.py:1);PlayoutTrack.recv (webrtc/direct/tracks.py:90) 30",
         "main (x.py:1);_run_once (/usr/lib/asyncio/base_events.py:1);push_caller_frame (/w/webrtc/media/call_audio.py:1);"
         "run (/v/onnxruntime/capi/session.py:2) 50",
         "main (x.py:1);select (/usr/lib/selectors.py:3) 20",
