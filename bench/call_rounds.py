@@ -158,12 +158,17 @@ class Scrape:
         return {le: count - earlier.barge_in_buckets.get(le, 0.0) for le, count in self.barge_in_buckets.items()}
 
 
-def scrape(port: int) -> Scrape | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as response:
-            text = response.read().decode()
-    except OSError:
-        return None
+def scrape(port: int, *, tries: int = 3) -> Scrape | None:
+    """The worker's figures; None when it does not answer (a loaded worker gets a few tries)."""
+    for attempt in range(tries):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+            break
+        except OSError:
+            if attempt == tries - 1:
+                return None
+            time.sleep(0.5)
     out = Scrape()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -572,7 +577,7 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print("per call at the largest N over per call at the smallest (linear: <= "
           f"{LINEAR_WITHIN:.1f}), and against the target:")
     for path in rig.paths:
-        mine = sorted((r for r in rounds if r.path == path and (r.serving or 0) > 0), key=lambda r: r.sessions)
+        mine = sorted((r for r in rounds if r.path == path), key=lambda r: r.sessions)
         if not mine:
             continue
         small, large = mine[0], mine[-1]
