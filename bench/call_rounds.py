@@ -249,7 +249,7 @@ def wait_for_metrics(service: Service, port: int, timeout: float) -> None:
     while time.monotonic() < deadline:
         if not service.alive():
             raise RuntimeError(f"{service.name} exited:\n{service.tail()}")
-        if scrape(port) is not None:
+        if scrape(port, tries=1) is not None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"{service.name} did not answer /metrics in {timeout:.0f} s:\n{service.tail()}")
