@@ -3,7 +3,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, ChunkStarted, PlayoutQueue, PlaybackFinished
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, ChunkStarted, PlaybackFinished, PlayoutQueue
 
 
 def tone(ms: float, level: float = 0.5) -> np.ndarray:
