@@ -1,4 +1,7 @@
-"""`make bench`: every benchmark, one after another, each in its own process (~10 min on 2 cores)."""
+"""`make bench`: every benchmark, one after another, each in its own process.
+
+``python -m bench --quick`` passes --quick to the call-path benchmarks (4 and 16 calls, short windows).
+"""
 
 import subprocess
 import sys
@@ -14,11 +17,14 @@ BENCHMARKS = (
     ("bench.wire_encoding", []),
     ("bench.access_overhead", []),
 )
+TAKES_QUICK = {"bench.direct_path", "bench.livekit_path"}
 
 
 def main() -> int:
+    quick = "--quick" in sys.argv[1:]
     failed = []
     for module, args in BENCHMARKS:
+        args = [*args, "--quick"] if quick and module in TAKES_QUICK else args
         print(f"\n######## python -m {module} {' '.join(args)}".rstrip(), flush=True)
         if subprocess.run([sys.executable, "-m", module, *args]).returncode != 0:
             failed.append(module)

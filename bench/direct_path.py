@@ -8,27 +8,28 @@ a. Barge-in at the worker: a real CallAudioPath over a real LocalBackend with th
 b. Added latency: ``input_added_ms`` (caller frame in -> append handed to the
    conversation) and ``output_added_ms`` (audio delta in -> first frame out) from
    the same run, split into work and waiting, next to soxr LQ's own delay.
-c. CPU per session over real WebRTC: the worker app (scripted plugin) in this
-   process, N aiortc callers in a subprocess (``bench.webrtc_callers``) so their
-   CPU is theirs; this process's CPU seconds per wall second over a steady window
-   while every session plays the agent's reply, and playout underruns.
+c. The per-frame edges alone (``bench.direct_edges``): Opus encode and decode as aiortc
+   does them against ours, CPU per frame, alternating in the same run.
+d. CPU per call at 4, 8 and 16 simultaneous calls over real WebRTC: the direct
+   worker (``duplex-agent serve --plugin scripted``) and, in the same run, bare
+   aiortc echo peers as the transport floor, each its own process, with callers
+   that keep barging in (``bench.call_rounds``); the worker's figures from its
+   ``/metrics``. The issue's marks: per call at 16 within 1.1x of per call at 4,
+   and <= 3.5 % of a core per call.
 
 Prints figures next to the goals; never passes or fails on time.
 
-Run: python -m bench.direct_path [--trials 25] [--peers 1,2,4,8,12] [--window 8]
+Run: python -m bench.direct_path [--quick] [--barge-in-trials 25] [--sessions 4,8,16] [--window 8] [--profile]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.stats import percentile
+from bench.call_rounds import main, parse_args
+from bench.stats import percentile, spread
 from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.audio import StreamingResampler, as_float32_audio
 from duplex_agent.agent.protocol.events import ClientEvent, InputAudioBufferAppend, ServerEvent
@@ -68,11 +70,7 @@ def _p(values: list[float], q: float) -> float:
     return percentile(values, q) if values else float("nan")
 
 
-def _fig(values: list[float], unit: str = "ms", digits: int = 1) -> str:
-    if not values:
-        return "no samples"
-    return (f"p50 {statistics.median(values):.{digits}f} {unit}, p95 {_p(values, 95):.{digits}f} {unit}, "
-            f"max {max(values):.{digits}f} {unit} (n={len(values)})")
+_fig = spread
 
 
 def machine_busy_s() -> float:
@@ -177,8 +175,8 @@ class TimedPlayout(PlayoutQueue):
         super().__init__()
         self.first_queued: dict[str, tuple[float, float]] = {}  # response -> (delta received, queued)
 
-    def push(self, samples: np.ndarray, response_id: str, *, tag: Any = None) -> None:
-        super().push(samples, response_id, tag=tag)
+    def capture(self, samples: np.ndarray, response_id: str, *, tag: Any = None) -> None:
+        super().capture(samples, response_id, tag=tag)
         if tag is not None and np.asarray(samples).size and response_id not in self.first_queued:
             self.first_queued[response_id] = (float(tag), time.perf_counter())
 
@@ -383,168 +381,6 @@ async def direct_path(trials: int, seed: int = 7) -> DirectResult:
     )
 
 
-# ---------------------------------------------------------------- c: CPU per session over real WebRTC
-
-
-@dataclass
-class CpuRound:
-    peers: int
-    sessions: int
-    speaking: int
-    window_s: float
-    cpu_cores: float
-    underruns: int
-    frames_out_per_s: float
-    loop_lag_p95_ms: float
-    loop_lag_max_ms: float
-    callers: dict[str, Any] | None
-    machine_cores: float = float("nan")  # all processes on the machine, over the window
-    loop_thread_cores: float = float("nan")  # the event loop's own thread (aiortc, runner, call audio path)
-    note: str = ""
-
-
-async def _loop_lag(samples: list[float], stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        before = loop.time()
-        await asyncio.sleep(0.01)
-        samples.append(max(0.0, 1000.0 * (loop.time() - before - 0.01)))
-
-
-async def _callers_done(proc: asyncio.subprocess.Process, timeout: float) -> dict[str, Any] | None:
-    assert proc.stdout is not None
-    result = None
-    try:
-        async with asyncio.timeout(timeout):
-            while line := await proc.stdout.readline():
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                if message.get("event") == "done":
-                    result = message
-            await proc.wait()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-    return result
-
-
-async def cpu_per_session(peer_counts: list[int], window_s: float) -> tuple[float, list[CpuRound]]:
-    from aiohttp import web
-
-    from devtools.speech import speak
-    from duplex_agent.agent.app.server import build_app
-    from duplex_agent.agent.app.settings import Settings
-    from duplex_agent.webrtc.direct.host_address import interface_ipv4
-    from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
-
-    address = interface_ipv4()
-    vad = await asyncio.to_thread(SileroVadModel.shared)
-    # Generated at ~1.1x real time: the reply keeps the playout fed as long as this
-    # process keeps up, and underruns when it does not.
-    plugin = ScriptedPlugin(as_float32_audio, Script(reply=long_reply(400), word_ms=100, word_delay_s=0.09))
-    max_sessions = max(peer_counts) + 4
-    backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=max_sessions, vad_model=vad)
-    app = build_app(backend, Settings(ice_address=address, max_sessions=max_sessions))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"http://127.0.0.1:{port}"
-    registry = app[WEBRTC_PEERS]
-
-    speech_file = tempfile.NamedTemporaryFile(suffix=".npy", delete=False)
-    np.save(speech_file, speak(PROMPT, 48000))
-    speech_file.close()
-
-    # What the idle worker costs.
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    await asyncio.sleep(2.0)
-    idle = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-
-    rounds: list[CpuRound] = []
-    try:
-        for peers in peer_counts:
-            round_ = await _cpu_round(registry, url, address, speech_file.name, peers, window_s)
-            if not _clean(round_) and _other_cores(round_) > 0.3:
-                # Other processes on this shared machine took CPU in the window: measure once more.
-                print(f"   ... {peers:2d} callers: not clean ({round_.underruns} underruns, "
-                      f"{round_.frames_out_per_s:.1f} frames/s, loop lag p95 {round_.loop_lag_p95_ms:.0f} ms) "
-                      f"while other processes used "
-                      f"{_other_cores(round_):.2f} cores; measuring again", flush=True)
-                round_ = await _cpu_round(registry, url, address, speech_file.name, peers, window_s)
-                round_.note = (round_.note + "; " if round_.note else "") + "second try"
-            rounds.append(round_)
-            saturated = round_.machine_cores > 0.9 * (os.cpu_count() or 1)
-            if saturated:
-                round_.note = (round_.note + "; " if round_.note else "") + "machine saturated"
-            print(f"   ... {peers:2d} callers: {round_.cpu_cores:.2f} cores, underruns {round_.underruns}"
-                  f"{' (' + round_.note + ')' if round_.note else ''}", flush=True)
-            if not _clean(round_) or saturated:
-                break
-    finally:
-        await registry.close_all()
-        await runner.cleanup()
-        await backend.close()
-        os.unlink(speech_file.name)
-    return idle, rounds
-
-
-def _other_cores(r: CpuRound) -> float:
-    """Cores other processes (not the worker, not the callers) used in the round's window."""
-    return r.machine_cores - r.cpu_cores - ((r.callers or {}).get("callers_cpu_cores") or 0.0)
-
-
-async def _cpu_round(registry: Any, url: str, address: str, speech: str, peers: int, window_s: float) -> CpuRound:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.webrtc_callers", "--url", url, "--peers", str(peers),
-        "--seconds", str(window_s + 60), "--ice-address", address, "--speech", speech,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )
-    sessions = lambda: list(registry.sessions.values())  # noqa: E731
-    note = ""
-    # Steady state: every session is playing the agent's reply.
-    ready = await _wait(lambda: len(sessions()) == peers and all(s.audio.playout.playing for s in sessions()), 40.0)
-    if not ready:
-        note = f"only {sum(s.audio.playout.playing for s in sessions())}/{peers} sessions playing after 40 s"
-    await asyncio.sleep(1.0)
-    live = sessions()
-    lag: list[float] = []
-    stop = asyncio.Event()
-    lag_task = asyncio.create_task(_loop_lag(lag, stop))
-    underruns0 = sum(s.audio.playout.underruns for s in live)
-    frames0 = sum(s.audio.playout.frames_out for s in live)
-    cpu0, wall0, busy0, thread0 = time.process_time(), time.perf_counter(), machine_busy_s(), time.thread_time()
-    await asyncio.sleep(window_s)
-    thread_cpu = time.thread_time() - thread0
-    cpu = time.process_time() - cpu0
-    wall = time.perf_counter() - wall0
-    busy = machine_busy_s() - busy0
-    underruns = sum(s.audio.playout.underruns for s in live) - underruns0
-    frames = sum(s.audio.playout.frames_out for s in live) - frames0
-    speaking = sum(s.audio.playout.playing for s in live)
-    stop.set()
-    await lag_task
-    if speaking < len(live) and not note:
-        note = f"{len(live) - speaking} sessions stopped playing in the window"
-
-    assert proc.stdin is not None
-    proc.stdin.close()
-    callers = await _callers_done(proc, 30.0)
-    await _wait(lambda: not registry.sessions, 15.0)
-    if registry.sessions:
-        await registry.close_all()
-    await asyncio.sleep(0.5)
-    return CpuRound(
-        peers=peers, sessions=len(live), speaking=speaking, window_s=wall, cpu_cores=cpu / wall,
-        underruns=underruns, frames_out_per_s=frames / wall / max(1, len(live)),
-        loop_lag_p95_ms=_p(lag, 95), loop_lag_max_ms=max(lag) if lag else float("nan"), callers=callers,
-        machine_cores=busy / wall, loop_thread_cores=thread_cpu / wall, note=note,
-    )
-
-
 # ---------------------------------------------------------------- report
 
 
@@ -599,61 +435,7 @@ def report_direct(result: DirectResult, delays: list[ResamplerDelay]) -> None:
           f"(p95 {p95_work:.3f} ms), the rest is waiting for the frame clock")
 
 
-def report_cpu(idle: float, rounds: list[CpuRound], window_s: float) -> None:
-    cores = os.cpu_count() or 1
-    print(f"c. CPU per session over real WebRTC (build_app + scripted plugin in this process; aiortc callers in a "
-          f"subprocess; {window_s:.0f} s window while every session plays the reply; {cores} cores shared by both)")
-    print(f"   idle worker: {idle:.3f} cores")
-    print("   callers  sessions  worker cores (loop thread)  per session (% core)  underruns  frames/s/session  loop lag p95/max ms  "
-          "callers' cores*  other processes' cores*  caller frames/s (min)  caller heard reply")
-    clean = []
-    for r in rounds:
-        per = (r.cpu_cores - idle) / max(1, r.sessions)
-        peers = (r.callers or {}).get("peers", [])
-        rates = [p["frames_per_s"] for p in peers if p.get("frames_per_s")]
-        heard = sum(1 for p in peers if p.get("loud_frames", 0) > 25)
-        callers_cpu = (r.callers or {}).get("callers_cpu_cores")
-        print(f"   {r.peers:7d}  {r.sessions:8d}  {r.cpu_cores:12.3f} ({r.loop_thread_cores:.3f})  {100 * per:20.1f}  {r.underruns:9d}  "
-              f"{r.frames_out_per_s:16.1f}  {r.loop_lag_p95_ms:8.1f}/{r.loop_lag_max_ms:<8.1f}  "
-              f"{callers_cpu if callers_cpu is not None else float('nan'):14.2f}  "
-              f"{_other_cores(r):22.2f}  "
-              f"{min(rates) if rates else float('nan'):21.1f}  {heard}/{len(peers)}"
-              + (f"  [{r.note}]" if r.note else ""))
-        errors = [p["error"] for p in peers if p.get("error")]
-        if errors:
-            print(f"            caller errors: {errors[:3]}")
-        if _clean(r):
-            clean.append(r)
-    print("   * the callers' cores are over their whole run (start-up included), not the window, so 'other "
-          "processes' (machine busy - worker - callers) is approximate and can dip below 0")
-    print("   clean = no underruns, every session playing, >= 49.5 frames/s per session, loop lag p95 <= 20 ms")
-    no_underruns = [r for r in rounds if r.underruns == 0 and r.sessions == r.peers and r.speaking == r.sessions]
-    if no_underruns:
-        most = max(no_underruns, key=lambda r: r.peers)
-        print(f"   most sessions without playout underruns: {most.peers} on {most.cpu_cores:.2f} cores of this process "
-              f"({most.peers / max(most.cpu_cores, 1e-6):.1f} per core; loop lag p95 {most.loop_lag_p95_ms:.1f} ms)")
-    if not clean:
-        print("   concurrent sessions per core without playout underruns: none measured clean")
-        return
-    best = max(clean, key=lambda r: r.peers)
-    per = max(1e-6, (best.cpu_cores - idle) / best.sessions)
-    line = (f"   concurrent sessions per core without playout underruns: {best.peers} sessions ran clean on "
-            f"{best.cpu_cores:.2f} cores of this process = {best.peers / max(best.cpu_cores, 1e-6):.1f} sessions per "
-            f"core measured; at {100 * per:.1f}% of a core per session, ~{1 / per:.0f} per core extrapolated")
-    if len(clean) >= 2:
-        slope, _ = np.polyfit([r.sessions for r in clean], [r.cpu_cores for r in clean], 1)
-        if slope > 0:
-            line += f"; marginal cost {100 * slope:.1f}% of a core per added session (~{1 / slope:.0f} per core)"
-    print(line)
-    print("   (on this 2-core machine the callers' process and any other processes share the cores: see their columns)")
-
-
-def _clean(r: CpuRound) -> bool:
-    return (r.underruns == 0 and r.sessions == r.peers and r.speaking == r.sessions
-            and r.frames_out_per_s >= 49.5 and r.loop_lag_p95_ms <= 20.0)
-
-
-async def main(args: argparse.Namespace) -> None:
+async def barge_in_and_latency(trials: int) -> None:
     import onnxruntime
 
     print(f"== duplex-agent: the worker's call audio path (python {platform.python_version()}, "
@@ -661,21 +443,25 @@ async def main(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     rates = ((48000, 16000), (16000, 48000), (22050, 48000), (24000, 48000))
     delays = [resampler_delay(a, b) for a, b in rates] + [resampler_delay(a, b, "QQ") for a, b in rates[:2]]
-    result = await direct_path(args.trials)
+    result = await direct_path(trials)
     report_direct(result, delays)
     print(f"   (a+b took {time.perf_counter() - started:.0f} s)", flush=True)
-    if args.peers:
-        started_c = time.perf_counter()
-        idle, rounds = await cpu_per_session([int(n) for n in args.peers.split(",")], args.window)
-        report_cpu(idle, rounds, args.window)
-        print(f"   (c took {time.perf_counter() - started_c:.0f} s)")
-    print(f"total {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    parser = argparse.ArgumentParser(description="Edge barge-in latency, added latency and CPU per session.")
-    parser.add_argument("--trials", type=int, default=25)
-    parser.add_argument("--peers", default="1,2,4,8,12", help="caller counts for part c; empty to skip it")
-    parser.add_argument("--window", type=float, default=8.0, help="steady measurement window of part c, seconds")
-    asyncio.run(main(parser.parse_args()))
+    args = parse_args(__doc__.splitlines()[0], extra=[
+        ("--barge-in-trials", {"type": int, "default": 25, "help": "part a's interruptions (0 skips parts a and b)"}),
+        ("--edges-seconds", {"type": float, "default": None, "help": "part c's run per mode (4; quick: 2; 0 skips it)"}),
+    ])
+    if args.barge_in_trials:
+        asyncio.run(barge_in_and_latency(8 if args.quick else args.barge_in_trials))
+    if args.edges_seconds is None:
+        args.edges_seconds = 2.0 if args.quick else 4.0
+    if args.edges_seconds:
+        from bench import direct_edges
+
+        print("c. the per-frame edges alone, aiortc's way vs ours (16 calls on one loop; CPU per frame)", flush=True)
+        asyncio.run(direct_edges.run(16, args.edges_seconds))
+    print("d. CPU per call over real WebRTC: the direct worker against bare aiortc echo peers, same run", flush=True)
+    sys.exit(main(("direct", "echo"), "the direct path's CPU per call", args=args))

@@ -1,6 +1,7 @@
 """Several aiortc callers against a worker's ``POST /api/offer``, in a process of their own.
 
-Used by ``bench.direct_path`` so that the callers' CPU (Opus, SRTP, ICE) is not
+A standalone load generator (``bench.livekit_callers`` reuses its offer and stdin
+helpers); in a process of its own, the callers' CPU (Opus, SRTP, ICE) is not
 counted against the worker. Each caller connects, says one utterance (Piper
 speech) after a short pause, then sends silence, and counts the agent audio it
 receives. Runs for ``--seconds`` or until its stdin closes, whichever comes

@@ -57,6 +57,8 @@ class Settings:
     openai_api_key: str = _secret()
     #: Address ICE binds to for direct WebRTC peers; empty picks this machine's interface.
     ice_address: str = ""
+    #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
+    opus_bitrate: int = 32000
     livekit_url: str = ""
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()

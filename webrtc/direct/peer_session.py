@@ -23,11 +23,12 @@ from duplex_agent.agent.protocol.events import (
     ErrorEvent,
     InputDtmf,
     ProtocolError,
+    ResponseTranscriptDelta,
     ServerEvent,
     SessionUpdate,
 )
 from duplex_agent.agent.session.ports import Conversation
-from duplex_agent.webrtc.direct.tracks import CallerAudioReader, PlayoutTrack
+from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -35,7 +36,12 @@ logger = logging.getLogger("duplex_agent.webrtc")
 EVENTS_CHANNEL = "events"
 TRANSPORT = "webrtc"
 CONNECT_TIMEOUT_S = 30.0
-METRICS_INTERVAL_S = 1.0
+#: Metrics go out at most this often, and only when a figure the page shows changed
+#: (or when the page sends ``metrics.request``).
+METRICS_INTERVAL_S = 5.0
+#: Transcript deltas of one response are joined and sent at most this often.
+TRANSCRIPT_FLUSH_S = 0.25
+METRICS_REQUEST = "metrics.request"
 _EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
 _MAX_PAGE_MESSAGE = 16 * 1024
 
@@ -48,6 +54,7 @@ class PeerSession:
         conversation: Conversation,
         *,
         on_finished: Callable[[PeerSession, str], None],
+        opus_bitrate: int = DEFAULT_OPUS_BITRATE,
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
@@ -58,11 +65,15 @@ class PeerSession:
             conversation, on_event=self._forward_event, on_state=self._forward_state,
             on_closed=lambda: self.finish("conversation_closed"), **audio_options,
         )
-        self.playout_track = PlayoutTrack(self.audio.next_frame)
+        self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
         self._reader: CallerAudioReader | None = None
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
+        self._deltas: list[ResponseTranscriptDelta] = []  # held back, joined on flush
+        self._delta_flush: asyncio.TimerHandle | None = None
+        self._last_deltas_at = float("-inf")
+        self._metrics_sent: Any = None  # what the page showed when metrics last went out
         self.closed = False
 
         pc.on("track", self._on_track)
@@ -86,6 +97,8 @@ class PeerSession:
             return
         self.closed = True
         logger.info("peer %s closing: %s", self.pc_id, reason)
+        if self._delta_flush is not None:
+            self._delta_flush.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -110,8 +123,9 @@ class PeerSession:
         if track.kind != "audio" or self._reader is not None:
             return
         self.pc.addTrack(self.playout_track)
+        receiver = next(t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track)
         self._reader = CallerAudioReader(
-            track, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
+            receiver, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
         )
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
@@ -122,6 +136,10 @@ class PeerSession:
         channel.on("close", lambda: self.finish("data_channel_closed"))
         while self._early:
             channel.send(self._early.popleft())
+        if channel.readyState == "open":
+            self._send_metrics_now()
+        else:
+            channel.on("open", self._send_metrics_now)
 
     def _on_connection_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):
@@ -142,9 +160,35 @@ class PeerSession:
             self._early.append(text)
 
     def _forward_event(self, event: ServerEvent) -> None:
+        if isinstance(event, ResponseTranscriptDelta):
+            self._hold_delta(event)
+            return
+        self._flush_deltas()  # what the page gets keeps the conversation's order
         if isinstance(event, ErrorEvent):
             ERRORS.labels(code=event.code).inc()
         self._send(encode_event(event))
+
+    def _hold_delta(self, event: ResponseTranscriptDelta) -> None:
+        last = self._deltas[-1] if self._deltas else None
+        if last is not None and (last.response_id, last.item_id) == (event.response_id, event.item_id):
+            self._deltas[-1] = ResponseTranscriptDelta(event.response_id, event.item_id, last.delta + event.delta)
+        else:
+            self._deltas.append(event)
+        if self._delta_flush is None:
+            loop = asyncio.get_running_loop()
+            wait = max(0.0, self._last_deltas_at + TRANSCRIPT_FLUSH_S - loop.time())
+            self._delta_flush = loop.call_later(wait, self._flush_deltas)
+
+    def _flush_deltas(self) -> None:
+        if self._delta_flush is not None:
+            self._delta_flush.cancel()
+            self._delta_flush = None
+        if not self._deltas:
+            return
+        deltas, self._deltas = self._deltas, []
+        self._last_deltas_at = asyncio.get_running_loop().time()
+        for delta in deltas:
+            self._send(encode_event(delta))
 
     def _forward_state(self, state: str) -> None:
         self._send({"type": "agent.state", "state": state})
@@ -156,6 +200,9 @@ class PeerSession:
         try:
             if len(message) > _MAX_PAGE_MESSAGE:
                 raise ProtocolError("message_too_large", f"data channel messages are limited to {_MAX_PAGE_MESSAGE} bytes")
+            if _is_metrics_request(message):
+                self._send_metrics_now()
+                return
             event = decode_client_event(message)
             if isinstance(event, SessionUpdate):
                 self.audio.update_session(event.session)
@@ -167,10 +214,21 @@ class PeerSession:
             self._send_error(exc)
 
     async def _send_metrics(self) -> None:
-        last: dict[str, Any] | None = None
         while True:
             await asyncio.sleep(METRICS_INTERVAL_S)
-            message = self.audio.figures_message()
-            if message != last:
-                self._send(message)
-                last = message
+            if self.audio.page_figures() != self._metrics_sent:
+                self._send_metrics_now()
+
+    def _send_metrics_now(self) -> None:
+        self._metrics_sent = self.audio.page_figures()
+        self._send(self.audio.figures_message())
+
+
+def _is_metrics_request(message: str | bytes) -> bool:
+    """``{"type": "metrics.request"}``: the page asks for the figures now (a data-channel extra)."""
+    if METRICS_REQUEST.encode() not in (message.encode() if isinstance(message, str) else message):
+        return False
+    try:
+        return json.loads(message).get("type") == METRICS_REQUEST
+    except (ValueError, AttributeError):
+        return False

@@ -1,15 +1,20 @@
-"""aiortc media glue: a paced outgoing track and a reader for the caller's track."""
+"""aiortc media glue: a paced outgoing track that encodes its own Opus, and the caller's audio decoded on the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import fractions
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 import av
 import numpy as np
+from aiortc import RTCRtpCodecParameters, RTCRtpReceiver
+from aiortc.codecs import get_decoder
+from aiortc.codecs.base import Decoder
+from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
@@ -20,90 +25,147 @@ _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 _FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 #: Further behind than this (a stalled loop), the schedule restarts instead of bursting.
 _MAX_LAG_S = 0.2
+#: A voice bitrate for mono speech; aiortc's own encoder sends stereo at 96 kb/s.
+DEFAULT_OPUS_BITRATE = 32000
+#: The loss rate Opus plans its in-band FEC for (libopus adds FEC only when this is > 0).
+OPUS_EXPECTED_LOSS_PERCENT = 10
+
+
+def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE) -> av.CodecContext:
+    """libopus for one mono 48 kHz voice in 20 ms frames, with in-band FEC."""
+    codec = av.CodecContext.create("libopus", "w")
+    codec.bit_rate = bitrate
+    codec.format = "s16"
+    codec.layout = "mono"
+    codec.sample_rate = SAMPLE_RATE
+    codec.time_base = _TIME_BASE
+    codec.options = {"application": "voip", "fec": "1", "packet_loss": str(OPUS_EXPECTED_LOSS_PERCENT)}
+    codec.open()
+    return codec
 
 
 class PlayoutTrack(MediaStreamTrack):
-    """Sends one 20 ms frame from ``next_frame`` per deadline, s16 mono 48 kHz.
+    """Sends one 20 ms frame from ``next_frame`` per deadline, as Opus packets (mono, voice bitrate).
 
     Deadlines are start + n * 20 ms on the monotonic clock, so sleeps that run
     long do not accumulate drift. The frame is taken at its deadline, so a
     playout clear is heard in the very next frame.
+
+    The track yields encoded ``av.Packet``s, which aiortc's sender only packs: the
+    encode runs here, on the loop (~50 us), instead of a thread-pool hop per frame
+    into aiortc's stereo 96 kb/s encoder. aiortc adds the RTP audio-level header
+    extension only to frames it encodes itself, so this track sends none.
     """
 
     kind = "audio"
 
-    def __init__(self, next_frame: Callable[[], np.ndarray]) -> None:
+    def __init__(self, next_frame: Callable[[], np.ndarray], *, bitrate: int = DEFAULT_OPUS_BITRATE) -> None:
         super().__init__()
         self._next_frame = next_frame
+        self._encoder = opus_voice_encoder(bitrate)
         self._start: float | None = None
         self._frames = 0
 
-    async def recv(self) -> av.AudioFrame:
+    async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now
-        else:
-            self._frames += 1
-            deadline = self._start + self._frames * _FRAME_S
-            if now - deadline > _MAX_LAG_S:
-                self._start = now - self._frames * _FRAME_S
-            elif deadline > now:
-                await asyncio.sleep(deadline - now)
-        samples = self._next_frame()
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = self._frames * FRAME_SAMPLES
-        frame.time_base = _TIME_BASE
-        return frame
+        while True:
+            now = time.monotonic()
+            if self._start is None:
+                self._start = now
+            else:
+                self._frames += 1
+                deadline = self._start + self._frames * _FRAME_S
+                if now - deadline > _MAX_LAG_S:
+                    self._start = now - self._frames * _FRAME_S
+                elif deadline > now:
+                    await asyncio.sleep(deadline - now)
+            samples = self._next_frame()
+            frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+            frame.sample_rate = SAMPLE_RATE
+            frame.pts = self._frames * FRAME_SAMPLES
+            packets = self._encoder.encode(frame)
+            if packets:  # libopus hands back exactly one packet per 20 ms frame
+                packet = packets[0]
+                packet.pts = self._frames * FRAME_SAMPLES
+                packet.time_base = _TIME_BASE
+                return packet
 
 
 def frame_to_mono_f32(frame: av.AudioFrame) -> np.ndarray:
-    """A decoded audio frame (s16 or flt, packed or planar, any channels) as mono float32."""
+    """A decoded audio frame (s16 or flt, packed or planar, any channels) as mono float32.
+
+    Takes the first channel: a WebRTC voice is mono, and aiortc's Opus decoder
+    hands it out as two identical channels, so averaging them would only cost time.
+    """
     data = frame.to_ndarray()
     channels = len(frame.layout.channels)
-    if frame.format.is_planar:
-        data = data.reshape(channels, -1).T
-    else:
-        data = data.reshape(-1, channels)
-    if data.dtype == np.int16:
-        data = data.astype(np.float32) / 32768.0
-    else:
-        data = data.astype(np.float32)
-    return data.mean(axis=1) if channels > 1 else data[:, 0]
+    first = data[0] if frame.format.is_planar else data.reshape(-1)[::channels]
+    if first.dtype == np.int16:
+        return first.astype(np.float32) * np.float32(1.0 / 32768.0)
+    return first.astype(np.float32, copy=False)
 
 
 class CallerAudioReader:
-    """Owns the task that pulls the caller's frames and hands them on as mono float32."""
+    """Decodes the caller's Opus on the event loop as aiortc's receiver hands it over,
+    and gives each frame to ``sink`` as mono float32: no thread hop and no task per frame.
+
+    aiortc decodes on a thread of its own per receiver and hands every frame back to
+    the loop as a new task; its receiver passes each encoded frame to that thread
+    through ``_RTCRtpReceiver__decoder_queue``. This reader takes that queue's place
+    before the receiver starts: ``put`` decodes in line (libopus, ~30 us a frame).
+    aiortc's thread still starts, and waits in ``get`` until the receiver stops
+    (``put(None)``), which also ends the call as the track's end did.
+    """
 
     def __init__(
         self,
-        track: MediaStreamTrack,
+        receiver: RTCRtpReceiver,
         sink: Callable[[np.ndarray, int], None],
         *,
         on_ended: Callable[[], None] | None = None,
     ) -> None:
-        self._track = track
+        if getattr(receiver, "_RTCRtpReceiver__started", True):
+            raise RuntimeError("the caller's receiver has started: its decoder queue can no longer be replaced")
         self._sink = sink
         self._on_ended = on_ended
-        self._task = asyncio.create_task(self._run(), name="caller-audio-reader")
+        self._decoder: Decoder | None = None
+        self._codec_name = ""
+        self._stopped = threading.Event()
+        receiver._RTCRtpReceiver__decoder_queue = self  # type: ignore[attr-defined]
 
-    async def _run(self) -> None:
+    # ---- the receiver's side (on the loop) ----
+
+    def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
+        if task is None:  # the receiver stops
+            if not self._stopped.is_set():
+                self._stopped.set()
+                logger.debug("caller track ended")
+                if self._on_ended is not None:
+                    self._on_ended()
+            return
+        if self._stopped.is_set():  # closed by its owner: the call is going
+            return
+        codec, encoded = task
         try:
-            while True:
-                frame = await self._track.recv()
+            if codec.name != self._codec_name:
+                self._decoder, self._codec_name = get_decoder(codec), codec.name
+            assert self._decoder is not None
+            frames = self._decoder.decode(encoded)
+        except av.FFmpegError as exc:  # keep the decoder's state: the next frame decodes
+            logger.debug("caller audio frame failed to decode: %s", exc)
+            return
+        for frame in frames:
+            try:
                 self._sink(frame_to_mono_f32(frame), frame.sample_rate)
-        except MediaStreamError:
-            logger.debug("caller track ended")
-        except Exception:
-            logger.exception("caller audio reader failed")
-        if self._on_ended is not None:
-            self._on_ended()
+            except Exception:
+                logger.exception("caller audio sink failed")
+
+    # ---- aiortc's decoder thread ----
+
+    def get(self) -> None:
+        self._stopped.wait()
+        return None
 
     async def close(self) -> None:
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        self._stopped.set()  # lets aiortc's idle thread go; the receiver's own stop joins it

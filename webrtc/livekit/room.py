@@ -23,6 +23,7 @@ from livekit import rtc
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 
 log = logging.getLogger("duplex_agent.livekit")
@@ -31,6 +32,8 @@ SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960
 #: The AudioSource's own queue: short, since barge-in empties it anyway.
 SOURCE_QUEUE_MS = 60
+#: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
+CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
 CALLER_KINDS = (rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_SIP)
 
@@ -65,7 +68,7 @@ class LiveKitRoomCall:
         self.backend = backend
         self.wanted_identity = caller_identity
         self.overlap_policy = overlap_policy
-        self.source = rtc.AudioSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
+        self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
         self.caller: rtc.RemoteParticipant | None = None
         self.conversation: Conversation | None = None
         self.path: CallAudioPath | None = None
@@ -83,7 +86,7 @@ class LiveKitRoomCall:
     # ---- lifecycle ----
 
     async def run(self) -> None:
-        track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source)
+        track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source.source)
         options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
         await self.room.local_participant.publish_track(track, options)
         self._published = True
@@ -187,11 +190,10 @@ class LiveKitRoomCall:
     async def _read_caller(self, publication: rtc.RemoteTrackPublication) -> None:
         while publication.track is None:
             await asyncio.sleep(0.02)
-        stream = rtc.AudioStream(publication.track, sample_rate=SAMPLE_RATE, num_channels=1)
+        stream = CallerAudioStream(publication.track, SAMPLE_RATE, frame_size_ms=CALLER_FRAME_MS)
         try:
-            async for event in stream:
-                frame = event.frame
-                samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) / 32768.0
+            async for frame in stream:
+                samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) * np.float32(1.0 / 32768.0)
                 if self.path is not None:
                     self.path.push_caller_frame(samples, frame.sample_rate)
         finally:

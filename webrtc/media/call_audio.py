@@ -42,7 +42,7 @@ from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlayoutQueue, ResponsePlayed
+from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlaybackFinished, PlayoutQueue
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -58,6 +58,9 @@ PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
     "overlap_policy": (str,),
     "turn_detection": (dict,),  # server VAD and end-of-turn settings; the session validates them
 }
+#: The figures the page shows (app.js, "metrics"): a metrics message is worth sending
+#: only when one of these changed. input_added_ms changes every frame and is not one.
+PAGE_FIGURES = ("turn_ms", "barge_in_ms")
 #: What the agent is doing, as the page shows it.
 AGENT_STATES = ("listening", "thinking", "speaking")
 
@@ -313,7 +316,7 @@ class CallAudioPath:
                 return
             audio = self._release_held(rid)
             self._released.add(rid)
-        self.playout.push(audio, rid, tag=first_at)
+        self.playout.capture(audio, rid, tag=first_at)
 
     def _release_held(self, response_id: str) -> np.ndarray:
         self._held_ms.pop(response_id, None)
@@ -326,8 +329,8 @@ class CallAudioPath:
             self.playout.push(self._release_held(response_id), response_id, tag=first_at)
         resampler = self._output_resamplers.pop(response_id, None)
         if resampler is not None and response_id not in self._dropped_responses:
-            self.playout.push(resampler.flush(), response_id)
-        self.playout.finish(response_id)
+            self.playout.capture(resampler.flush(), response_id)
+        self.playout.flush(response_id)
 
     def _drop_response(self, response_id: str) -> None:
         self._first_delta_at.pop(response_id, None)
@@ -376,7 +379,7 @@ class CallAudioPath:
                     TURN_LATENCY_MS.observe(ms)
                     logger.debug("turn_ms: reply heard %.1f ms after the end of the caller's speech", ms)
                 self._set_state("speaking")
-            elif isinstance(progress, ResponsePlayed):
+            elif isinstance(progress, PlaybackFinished):
                 self._ack(progress.response_id)
         if self.state == "speaking" and not self.playout.playing:
             self._set_state("listening")
@@ -391,6 +394,10 @@ class CallAudioPath:
         self.state = state
         if self._on_state is not None:
             self._on_state(state)
+
+    def page_figures(self) -> tuple[Any, ...]:
+        """What the page shows of this call's figures (compare two to see if the page would change)."""
+        return tuple((len(self.figures.recent(name)), self.figures.last(name)) for name in PAGE_FIGURES)
 
     def figures_message(self) -> dict[str, Any]:
         """The ``metrics`` message for the page."""

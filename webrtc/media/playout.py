@@ -1,5 +1,10 @@
 """The agent's outgoing audio: a queue of 48 kHz samples read out in 20 ms frames.
 
+The queue is the call path's audio sink, named after livekit-agents' ``AudioOutput``:
+``capture`` a response's audio, ``flush`` when it has no more, ``clear`` to stop at
+once, ``PlaybackFinished`` (position played, interrupted or not) when it is over, and
+``wait_for_playout`` to await that. The transports read it out with ``next_frame``.
+
 The queue is the single place that knows what the caller has heard: every frame
 handed out is booked against the response it came from, so a barge-in can
 acknowledge exactly the played position. ``clear()`` takes effect on the very
@@ -8,6 +13,7 @@ next frame.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -39,11 +45,13 @@ class ChunkStarted:
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsePlayed:
-    """All audio of a finished response has gone out."""
+class PlaybackFinished:
+    """A response's playback is over: all of it went out, or it was cut (``interrupted``)
+    after ``played_ms`` of it had gone out."""
 
     response_id: str
     played_ms: float
+    interrupted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +68,17 @@ class Cleared:
         return 1000.0 * self.dropped_samples.get(response_id, 0) / SAMPLE_RATE
 
 
-PlayoutProgress = ChunkStarted | ResponsePlayed
+PlayoutProgress = ChunkStarted | PlaybackFinished
 
 
 class PlayoutQueue:
     """Mono 48 kHz float32 in, int16 frames of 960 samples out; silence when empty.
 
-    Producers call ``push``/``finish``/``clear`` from the event loop; the pacing
-    side calls ``next_frame`` and then ``take_progress`` for what that frame did.
-    A lock keeps both sides consistent if the pacing runs on another thread.
+    Producers call ``capture``/``flush``/``clear`` from the event loop; the pacing
+    side calls ``next_frame`` and then ``take_progress`` for what that frame did
+    (responses that played out to the end are among it; cut ones are what
+    ``clear`` and ``drop_response`` return). A lock keeps both sides consistent if
+    the pacing runs on another thread.
     """
 
     def __init__(self) -> None:
@@ -79,13 +89,15 @@ class PlayoutQueue:
         self._finished: set[str] = set()  # no more audio will be pushed for these
         self._streaming: str | None = None  # response that started playing and has not finished
         self._progress: list[PlayoutProgress] = []
+        self._ended: OrderedDict[str, PlaybackFinished] = OrderedDict()  # recent ends, for late waiters
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[PlaybackFinished]]]] = {}
         self._last_frame_had_audio = False
         self.underruns = 0
         self.frames_out = 0
 
     # ---- producer side ----
 
-    def push(self, samples: np.ndarray, response_id: str, *, tag: Any = None) -> None:
+    def capture(self, samples: np.ndarray, response_id: str, *, tag: Any = None) -> None:
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             return
@@ -95,7 +107,7 @@ class PlayoutQueue:
             self._chunks.append(_Chunk(samples, response_id, tag))
             self._queued_samples += samples.size
 
-    def finish(self, response_id: str) -> None:
+    def flush(self, response_id: str) -> None:
         """No more audio follows for ``response_id``; its end will be reported once played."""
         with self._lock:
             if response_id in self._finished:
@@ -113,12 +125,12 @@ class PlayoutQueue:
             self._chunks.clear()
             self._queued_samples = 0
             self._last_frame_had_audio = False
-            for response_id in dropped:
-                self._finished.add(response_id)
             if self._streaming is not None:
-                self._finished.add(self._streaming)
                 dropped.setdefault(self._streaming, 0)
                 self._streaming = None
+            for response_id in dropped:
+                self._finished.add(response_id)
+                self._end(response_id, interrupted=True)
             return Cleared(dropped)
 
     def drop_response(self, response_id: str) -> int:
@@ -131,14 +143,22 @@ class PlayoutQueue:
             self._finished.add(response_id)
             if self._streaming == response_id:
                 self._streaming = None
+            if response_id not in self._ended:
+                self._end(response_id, interrupted=True)
             return dropped
 
     # ---- pacing side ----
 
     def next_frame(self) -> np.ndarray:
         """The next 20 ms as int16; silence where the queue ran dry."""
-        out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
         with self._lock:
+            if not self._chunks:  # the common case while the caller talks: no float work at all
+                if self._streaming is not None:
+                    self.underruns += 1
+                self._last_frame_had_audio = False
+                self.frames_out += 1
+                return np.zeros(FRAME_SAMPLES, dtype=np.int16)
+            out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
             filled = 0
             while filled < FRAME_SAMPLES and self._chunks:
                 chunk = self._chunks[0]
@@ -166,7 +186,9 @@ class PlayoutQueue:
                 self._played.popitem(last=False)
             self._last_frame_had_audio = filled > 0
             self.frames_out += 1
-        return (np.clip(out, -1.0, 1.0) * 32767.0).astype(np.int16)
+        np.multiply(out, 32767.0, out=out)
+        np.clip(out, -32767.0, 32767.0, out=out)
+        return out.astype(np.int16)
 
     def take_progress(self) -> list[PlayoutProgress]:
         """What the frames since the last call did: chunk starts and finished responses."""
@@ -198,7 +220,32 @@ class PlayoutQueue:
                 return self._streaming
             return self._chunks[0].response_id if self._chunks else None
 
+    async def wait_for_playout(self, response_id: str) -> PlaybackFinished:
+        """Until ``response_id`` has played out or been cut; how far it got."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            ended = self._ended.get(response_id)
+            if ended is None:
+                future: asyncio.Future[PlaybackFinished] = loop.create_future()
+                self._waiters.setdefault(response_id, []).append((loop, future))
+        return ended if ended is not None else await future
+
     def _report_played(self, response_id: str) -> None:
         if self._streaming == response_id:
             self._streaming = None
-        self._progress.append(ResponsePlayed(response_id, 1000.0 * self._played.get(response_id, 0) / SAMPLE_RATE))
+        self._progress.append(self._end(response_id, interrupted=False))
+
+    def _end(self, response_id: str, *, interrupted: bool) -> PlaybackFinished:
+        """Record a response's end and wake whoever waits for it (under the lock, from any thread)."""
+        ended = PlaybackFinished(response_id, 1000.0 * self._played.get(response_id, 0) / SAMPLE_RATE, interrupted)
+        self._ended[response_id] = ended
+        while len(self._ended) > _PLAYED_RECORDS_KEPT:
+            self._ended.popitem(last=False)
+        for loop, future in self._waiters.pop(response_id, []):
+            loop.call_soon_threadsafe(_settle, future, ended)
+        return ended
+
+
+def _settle(future: asyncio.Future[PlaybackFinished], ended: PlaybackFinished) -> None:
+    if not future.done():
+        future.set_result(ended)

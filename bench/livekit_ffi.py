@@ -1,0 +1,102 @@
+"""The livekit FFI audio fan-out alone: N calls' audio in and out of one process, SDK as shipped vs ours.
+
+Each call is a thread with its own event loop, as livekit-agents runs jobs: it feeds
+20 ms frames into an audio source (paced by the source's 60 ms queue) and reads the
+source's track back through an audio stream, so every frame crosses the FFI twice,
+as the worker's caller audio and agent voice do. No room and no SFU: only the
+process's share of the FFI event traffic, which is what grew with the square of
+the calls. ``sdk``: ``rtc.AudioSource.capture_frame`` and ``rtc.AudioStream`` (10 ms
+frames); ``ours``: ``webrtc.livekit.ffi_audio`` (one routed listener, 20 ms frames).
+The modes alternate at each N in the same run.
+
+Run: python -m bench.livekit_ffi [--calls 4,8,16] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+import time
+
+import numpy as np
+from livekit import rtc
+
+from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
+
+RATE = 48000
+FRAME = np.zeros(960, np.int16)
+FRAME[::7] = 300  # not silence, so nothing along the way can skip it
+
+
+async def one_call(mode: str, stop: threading.Event, frames_read: list[int], index: int) -> None:
+    ours = mode == "ours"
+    source = AgentVoiceSource(RATE, 1, queue_size_ms=60) if ours else rtc.AudioSource(RATE, 1, queue_size_ms=60)
+    track = rtc.LocalAudioTrack.create_audio_track(f"call-{index}", source.source if ours else source)
+    stream = CallerAudioStream(track, RATE) if ours else rtc.AudioStream(track, sample_rate=RATE, num_channels=1)
+
+    async def read() -> None:
+        async for _ in stream:
+            frames_read[index] += 1
+
+    reader = asyncio.create_task(read())
+    while not stop.is_set():
+        await source.capture_frame(rtc.AudioFrame(FRAME.tobytes(), RATE, 1, 960))
+    reader.cancel()
+    await asyncio.gather(reader, return_exceptions=True)
+    await stream.aclose()
+    await source.aclose()
+
+
+def ffi_round(mode: str, calls: int, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
+    """(cores this process used, frames read per call per second) over the steady window."""
+    stop = threading.Event()
+    frames = [0] * calls
+    threads = [threading.Thread(target=asyncio.run, args=(one_call(mode, stop, frames, i),), daemon=True)
+               for i in range(calls)]
+    for thread in threads:
+        thread.start()
+    time.sleep(warmup)
+    read0, cpu0, wall0 = sum(frames), time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    cpu, wall, read = time.process_time() - cpu0, time.perf_counter() - wall0, sum(frames) - read0
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    return cpu / wall, read / wall / calls
+
+
+def run(calls: list[int], seconds: float) -> dict[tuple[str, int], tuple[float, float]]:
+    results: dict[tuple[str, int], tuple[float, float]] = {}
+    for n in calls:
+        for mode in ("sdk", "ours"):
+            results[mode, n] = ffi_round(mode, n, seconds)
+            cores, rate = results[mode, n]
+            print(f"   ... {mode:4} {n:2d} calls: {cores:.3f} cores, {100 * cores / n:.2f}% per call, "
+                  f"{rate:.0f} frames read per call per s", flush=True)
+    return results
+
+
+def report(results: dict[tuple[str, int], tuple[float, float]], calls: list[int]) -> None:
+    print(f"{'calls':>5} | {'sdk % core/call':>15} | {'ours % core/call':>16} | {'ours / sdk':>10}")
+    for n in calls:
+        sdk, ours = 100 * results["sdk", n][0] / n, 100 * results["ours", n][0] / n
+        print(f"{n:5d} | {sdk:15.2f} | {ours:16.2f} | {ours / sdk:10.2f}")
+    lo, hi = min(calls), max(calls)
+    for mode in ("sdk", "ours"):
+        growth = (results[mode, hi][0] / hi) / (results[mode, lo][0] / lo)
+        print(f"{mode}: per call at {hi} over per call at {lo}: {growth:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", default="4,8,16")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    calls = [int(n) for n in args.calls.split(",")]
+    print("== the livekit FFI audio fan-out: N calls (a thread and loop each) in one process, SDK vs ours ==")
+    report(run(calls, args.seconds), calls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The direct path's edges: the playout track's own Opus encode, the caller's channel pick,
+and the data channel's coalesced traffic (transcript deltas, metrics), over a real aiortc peer."""
+
+import asyncio
+import fractions
+
+import av
+import numpy as np
+import pytest
+from aiortc.codecs.opus import OpusDecoder
+from aiortc.jitterbuffer import JitterFrame
+
+from duplex_agent.agent.protocol.events import ResponseTranscriptDelta, ResponseTranscriptDone
+from duplex_agent.webrtc.direct import peer_session
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32, opus_voice_encoder
+
+from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .fakes import EchoBackend
+from .test_peer import serve
+
+
+def test_the_voice_encoder_takes_fec_and_the_bitrate():
+    encoder = opus_voice_encoder(24000)
+    assert encoder.options == {}  # libopus consumed every option: in-band FEC and its loss rate included
+    assert (encoder.layout.name, encoder.bit_rate) == ("mono", 24000)
+
+
+async def _packets(track: PlayoutTrack, n: int) -> list[av.Packet]:
+    return [await track.recv() for _ in range(n)]
+
+
+@pytest.mark.asyncio
+async def test_the_playout_track_sends_mono_opus_that_decodes_to_its_frames():
+    tone = tone_48k(1.0, hz=440.0, level=0.3)
+    low, high = PlayoutTrack(frames_of(tone), bitrate=16000), PlayoutTrack(frames_of(tone), bitrate=64000)
+    packets = await _packets(low, 50)
+    loud = await _packets(high, 50)
+    assert [p.pts for p in packets] == [960 * n for n in range(50)]
+    assert packets[0].time_base == fractions.Fraction(1, 48000)
+    assert sum(p.size for p in packets) < 0.5 * sum(p.size for p in loud)  # the bitrate setting holds
+
+    decoder = OpusDecoder()  # what an aiortc peer (and a browser) does with them
+    decoded = np.concatenate([
+        frame_to_mono_f32(frame) for p in loud for frame in decoder.decode(JitterFrame(bytes(p), p.pts))
+    ])
+    assert decoded.size == 50 * 960
+    spectrum = np.abs(np.fft.rfft(decoded[4800:]))
+    assert abs(np.argmax(spectrum) * 48000 / (decoded.size - 4800) - 440.0) < 5.0
+    rms = float(np.sqrt(np.mean(decoded[4800:] ** 2)))
+    assert 0.15 < rms < 0.26  # a 0.3 sine has rms 0.21
+
+
+def test_frame_to_mono_takes_one_channel_of_any_layout():
+    mono = (np.arange(960) - 480).astype(np.int16) * 60
+    packed = av.AudioFrame.from_ndarray(np.repeat(mono, 2).reshape(1, -1), format="s16", layout="stereo")
+    planar = av.AudioFrame.from_ndarray(np.stack([mono, mono]).astype(np.float32) / 32768.0, format="fltp",
+                                        layout="stereo")
+    expected = mono.astype(np.float32) / 32768.0
+    for frame in (packed, planar):
+        out = frame_to_mono_f32(frame)
+        assert out.dtype == np.float32 and out.shape == (960,)
+        np.testing.assert_allclose(out, expected, atol=1e-6)
+
+
+@pytest.mark.asyncio
+async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_on_change(host_address, monkeypatch):
+    monkeypatch.setattr(peer_session, "METRICS_INTERVAL_S", 0.2)
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(30)))  # caller audio all along: input_added_ms moves
+    metrics = lambda: [m for m in client.messages if m["type"] == "metrics"]  # noqa: E731
+    try:
+        await client.connect(http)
+        await wait_for(lambda: len(metrics()) == 1, 10, "the first metrics message when the channel opens")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        await wait_for(lambda: session.audio.figures.last("input_added_ms") is not None, 10, "caller audio")
+        # The caller's audio is decoded on the loop by the session's reader, in aiortc's decoder queue's place.
+        receiver = next(t.receiver for t in session.pc.getTransceivers() if t.kind == "audio")
+        assert receiver._RTCRtpReceiver__decoder_queue is session._reader
+        seen = len(session.audio.figures.recent("input_added_ms"))
+        await wait_for(lambda: len(session.audio.figures.recent("input_added_ms")) >= seen + 25, 10,
+                       "more caller frames (0.5 s, two metrics periods)")
+        assert len(metrics()) == 1  # input_added_ms changing every frame does not resend
+
+        session.audio.figures.record("turn_ms", 321.0)
+        await wait_for(lambda: len(metrics()) == 2, 5, "metrics after a figure the page shows changed")
+        assert metrics()[-1]["latency"]["turn_ms"]["last"] == 321.0
+        client.channel.send('{"type": "metrics.request"}')
+        await wait_for(lambda: len(metrics()) == 3, 5, "metrics on request")
+
+        conversation = backend.conversations[0]
+        words = [f"word{n} " for n in range(40)]
+        for word in words:  # ~10 words a second, as a model speaks them
+            conversation.emit(ResponseTranscriptDelta(response_id="r1", item_id="i1", delta=word))
+            await asyncio.sleep(0.025)
+        conversation.emit(ResponseTranscriptDone(response_id="r1", item_id="i1", transcript="".join(words)))
+        done = "response.output_audio_transcript.done"
+        await wait_for(lambda: done in client.message_types(), 5, "the transcript's end")
+        deltas = [m for m in client.messages if m["type"] == "response.output_audio_transcript.delta"]
+        assert "".join(d["delta"] for d in deltas) == "".join(words)  # nothing lost, in order
+        assert 2 <= len(deltas) <= 8  # ~1 s of words at most every 250 ms, not 40 messages
+        assert client.message_types().index(done) > max(i for i, m in enumerate(client.messages) if m in deltas)
+    finally:
+        await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()
+
+
+def test_the_voice_bitrate_is_a_setting():
+    from duplex_agent.agent.app.settings import Settings
+
+    assert Settings().opus_bitrate == 32000
+    assert Settings.from_env({"DUPLEX_OPUS_BITRATE": "24000"}).opus_bitrate == 24000
