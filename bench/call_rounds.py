@@ -228,9 +228,10 @@ class Service:
 
 
 def start_loopback_server(log_dir: Path, host: str) -> tuple[Service, str]:
-    """The loopback LiveKit server; its URL is the first line it prints (its one structured output)."""
+    """The loopback LiveKit server; its URL is the first line it prints (its one structured output).
+    Its credentials come from the environment every child gets, never from argv."""
     server = Service("livekit-server", [sys.executable, "-m", "devtools.livekit_server", "--host", host, "--port", "0",
-                                        "--print-url", "--api-key", API_KEY, "--api-secret", API_SECRET],
+                                        "--print-url"],
                      log_dir / "livekit-server.log")
     server.start()
     deadline = time.monotonic() + 30
