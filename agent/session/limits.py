@@ -17,6 +17,12 @@ class SessionLimits:
     max_append_ms: int = 5_000
     #: A session with no client event for this long is closed.
     idle_timeout_s: float = 300.0
+    #: Events the client has not read yet; past this it is cut off (``client_too_slow``).
+    max_unread_events: int = 4096
+    #: Agent audio in unread events, in ms; past half the client is told it lags, past all of it is cut off.
+    max_unread_audio_ms: float = 20_000.0
+    #: Conversation items the session keeps (older ones already in the model's context are dropped).
+    max_history_items: int = 256
 
     def max_append_samples(self, sample_rate: int) -> int:
         return sample_rate * self.max_append_ms // 1000
