@@ -17,7 +17,7 @@ from duplex_agent.plugins.engines.inprocess import InProcessEngine
 from duplex_agent.plugins.scripted import ListenerStage, Script, ScriptedPlugin, SpeakerStage
 from duplex_agent.plugins.speech_data_plane import SpeechDataPlane
 from tests.runtime.conftest import TRANSPORTS
-from tests.runtime.drivers import RunnerDriver, tone
+from tests.runtime.drivers import Driver, RunnerDriver, tone
 
 MANUAL = {"type": "session.update", "session": {"turn_detection": None, "input_sample_rate": 16000}}
 
@@ -76,7 +76,7 @@ class FailingStreamEngine(InProcessEngine):
                 raise ConnectionResetError("scripted stream failure")
 
 
-async def _turn(driver: RunnerDriver, ms: float) -> list[dict]:
+async def _turn(driver: Driver, ms: float) -> list[dict]:
     await driver.append(tone(ms))
     await driver.send({"type": "input_audio_buffer.commit"})
     _, seen = await driver.until("response.done")
@@ -127,6 +127,25 @@ async def test_an_exception_mid_response_fails_that_response_only(hook, code):
         assert backend.active_sessions == 2
     finally:
         await backend.close()
+
+
+async def test_over_the_websocket_a_raising_plugin_fails_one_response_of_one_session(open_driver):
+    from tests.runtime.drivers import WebSocketDriver
+
+    script = Script(reply=None, word_delay_s=0.01)
+    hit, _, _ = await open_driver(transport="websocket", plugin=FaultyPlugin("decide_output", script))
+    other = await WebSocketDriver.open(str(hit.server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1))
+    try:
+        for driver in (hit, other):
+            await driver.send(MANUAL)
+            await driver.until("session.created")
+        hit_seen, other_seen = await asyncio.gather(_turn(hit, 300), _turn(other, 200))
+        assert [e["error"]["code"] for e in hit_seen if e["type"] == "error"] == ["plugin_error"]
+        assert hit_seen[-1]["status"] == "failed"
+        assert other_seen[-1]["status"] == "completed" and not [e for e in other_seen if e["type"] == "error"]
+        assert (await _turn(hit, 200))[-1]["status"] == "completed"
+    finally:
+        await other.close()
 
 
 async def test_a_plugin_failing_to_plan_input_rolls_back_and_the_session_serves_on(open_driver):
