@@ -291,3 +291,24 @@ async def test_history_is_capped_at_the_limit():
         assert len(plugin.script.context) == 7  # every earlier reply reached the model's context first
     finally:
         await backend.close()
+
+
+async def test_a_websocket_client_that_stops_reading_is_cut_off(open_driver):
+    """Over a real socket: the kernel's buffers fill, the server's sender blocks, the runner's
+    outbox reaches its limit, and what the client finally reads ends with the reason."""
+    script = Script(reply=" ".join(["word"] * 6000), word_ms=100.0)  # 10 minutes of reply
+    driver, _, backend = await open_driver(script, transport="websocket")
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    runner = backend.runners[0]
+    await driver.append(tone(200))
+    await driver.send({"type": "input_audio_buffer.commit"})  # and then read nothing
+    await asyncio.wait_for(runner.wait_closed(), 60)
+    assert runner.closed_reason == "client_too_slow"
+    limit_bytes = SessionLimits().max_unread_audio_ms / 1000 * 16000 * 4
+    assert runner.outbox.peak_audio_bytes <= limit_bytes + 1600 * 4
+    closed, seen = await driver.until("session.closed", timeout=60)
+    assert closed["reason"] == "client_too_slow"
+    assert seen[-2]["type"] == "session.lagging" and seen[-2]["stage"] == "client"
+    spoken_ms = sum(e["audio_ms"] for e in seen if e["type"] == "response.output_audio.delta")
+    assert spoken_ms < 600_000  # the rest was never buffered for it
