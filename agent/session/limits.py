@@ -17,10 +17,14 @@ class SessionLimits:
     max_append_ms: int = 5_000
     #: A session with no client event for this long is closed.
     idle_timeout_s: float = 300.0
-    #: Events the client has not read yet; past this it is cut off (``client_too_slow``).
-    max_unread_events: int = 4096
-    #: Agent audio in unread events, in ms; past half the client is told it lags, past all of it is cut off.
-    max_unread_audio_ms: float = 20_000.0
+    #: Unread events / agent audio (ms) past which the client is told it lags (``session.lagging``)...
+    lagging_unread_events: int = 2048
+    lagging_unread_audio_ms: float = 10_000.0
+    #: ...and cut off (``client_too_slow``) if it then reads nothing for this long.
+    client_stall_s: float = 5.0
+    #: Never more unread than this, however fast the client reads: past it, cut off.
+    max_unread_events: int = 16_384
+    max_unread_audio_ms: float = 120_000.0
     #: Conversation items the session keeps (older ones already in the model's context are dropped).
     max_history_items: int = 256
 

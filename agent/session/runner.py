@@ -87,8 +87,7 @@ class DuplexSessionRunner:
         self._clock = clock
         self._on_close = on_close
         self._mailbox: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-        self._outbox = EventOutbox(max_events=self.limits.max_unread_events,
-                                   max_audio_ms=self.limits.max_unread_audio_ms, on_overflow=self._client_too_slow)
+        self._outbox = EventOutbox(self.limits, clock=clock, on_overflow=self._client_too_slow)
         self._received = 0  # client commands received so far; each is numbered in arrival order
         self._queued_append_bytes = 0
         self._broken_through = 0  # appends received up to this seq are dropped after a failed append
@@ -220,7 +219,7 @@ class DuplexSessionRunner:
 
     async def _run(self) -> None:
         self._silence.start()
-        idle = asyncio.create_task(self._expire_when_idle())
+        idle = asyncio.create_task(self._watch_idle_and_stalled())
         try:
             while True:
                 seq, command = await self._mailbox.get()
@@ -346,10 +345,13 @@ class DuplexSessionRunner:
         if not task.cancelled() and (error := task.exception()) is not None:
             self.post(_TaskFailed(task.get_name(), error))  # handled (and logged) by the mailbox task
 
-    async def _expire_when_idle(self) -> None:
+    async def _watch_idle_and_stalled(self) -> None:
+        """Close a session whose client sends nothing, or cut off one that stopped reading."""
+        limits = self.limits
         while True:
-            await asyncio.sleep(min(1.0, self.limits.idle_timeout_s / 4))
-            if self._clock() - self._last_activity > self.limits.idle_timeout_s:
+            await asyncio.sleep(min(1.0, limits.idle_timeout_s / 4, limits.client_stall_s / 2))
+            self._outbox.check_stall()
+            if self._clock() - self._last_activity > limits.idle_timeout_s:
                 self.post(_Close("idle_timeout"))
                 return
 
