@@ -1,10 +1,12 @@
-"""The runner's overhead per append with a no-op engine, and events/s over the websocket.
+"""The runner's overhead per append with a no-op engine, how late silence-continuation
+units reach the model behind their deadlines, and events/s over the websocket.
 
-Run: python -m bench.runtime_overhead
+Run: python -m bench.runtime_overhead [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
@@ -65,6 +67,22 @@ async def append_overhead(n: int = 2000) -> list[float]:
     return samples
 
 
+async def silence_lag(units: int = 200) -> tuple[list[float], int]:
+    """A continuous model fed one loud unit, then silence: each unit's lag behind its deadline (ms)."""
+    script = Script(input_mode="continuous", unit_samples=320, silence_continuation_samples=320)
+    plugin = ScriptedPlugin(as_float32_audio, script)
+    backend = LocalBackend(plugin, plugin.build_local_engine())
+    runner = await backend.open()
+    runner.send(p.SessionUpdate({"turn_detection": None}))
+    runner.send(p.InputAudioBufferAppend(np.full(320, 0.3, np.float32)))
+    while sum(deadline is not None for _, _, deadline in script.unit_log) < units:
+        await asyncio.sleep(0.05)
+    lags = [(arrived - deadline) * 1000 for arrived, _, deadline in script.unit_log if deadline is not None]
+    skipped = runner.skipped_silence_units
+    await backend.close()
+    return lags[:units], skipped
+
+
 async def websocket_events_per_second(words: int = 3000) -> tuple[float, int]:
     plugin = ScriptedPlugin(as_float32_audio, Script(reply=" ".join(["word"] * words), word_ms=20))
     backend = LocalBackend(plugin, plugin.build_local_engine())
@@ -91,10 +109,16 @@ async def websocket_events_per_second(words: int = 3000) -> tuple[float, int]:
 
 
 async def main() -> None:
-    overhead = await append_overhead()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    quick = parser.parse_args().quick
+    overhead = await append_overhead(500 if quick else 2000)
     print("runner overhead per append (send -> engine submit, no-op engine, 20 ms float32 frames):")
     print("  " + summary(overhead, "us"))
-    rate, count = await websocket_events_per_second()
+    lags, skipped = await silence_lag(50 if quick else 200)
+    print("silence continuation, 20 ms units: arrival at the model behind each unit's deadline:")
+    print(f"  {summary(lags, 'ms', digits=2)}; units skipped because the loop was late: {skipped}")
+    rate, count = await websocket_events_per_second(1000 if quick else 3000)
     print(f"events through the realtime websocket: {rate:,.0f} events/s ({count} events, one client, loopback)")
 
 

@@ -2,10 +2,14 @@
 
 A final-stage output ``{"audio": float32 samples, "text": str}`` becomes an audio delta
 (encoded by the runtime's encoder at ``sample_rate``, its text as a mark spanning the chunk) and a transcript delta.
+
+One data plane serves every session of a plugin, and sessions may live on different
+threads (LiveKit jobs): terminal requests are kept per session, under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 from duplex_agent.plugins.contract import DuplexDataPlane, EncodeAudio
@@ -18,22 +22,39 @@ class SpeechDataPlane(DuplexDataPlane):
         self._encode = encode_audio
         self._sample_rate = sample_rate
         self._on_session_closed = on_session_closed
-        self._terminal: set[str] = set()
+        self._terminal: dict[str, set[str]] = {}  # session id -> its finished requests
+        self._lock = threading.Lock()
 
     def begin_request(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
+        self.close_stream(request_id)
 
     def is_terminal(self, request_id: str | None) -> bool:
-        return request_id in self._terminal
+        if request_id is None:
+            return False
+        with self._lock:
+            return request_id in self._terminal.get(request_session_id(request_id), ())
 
     def mark_terminal(self, request_id: str) -> None:
-        self._terminal.add(request_id)
+        with self._lock:
+            self._terminal.setdefault(request_session_id(request_id), set()).add(request_id)
 
     def close_stream(self, request_id: str) -> None:
-        self._terminal.discard(request_id)
+        session_id = request_session_id(request_id)
+        with self._lock:
+            requests = self._terminal.get(session_id)
+            if requests is not None:
+                requests.discard(request_id)
+                if not requests:
+                    del self._terminal[session_id]
+
+    @property
+    def terminal_request_count(self) -> int:
+        with self._lock:
+            return sum(len(requests) for requests in self._terminal.values())
 
     def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
-        self._terminal = {r for r in self._terminal if request_session_id(r) != session_id}
+        with self._lock:
+            self._terminal.pop(session_id, None)
         if self._on_session_closed is not None:
             self._on_session_closed(session_id)
 

@@ -52,6 +52,8 @@ class Settings:
     drain_timeout: float = 60.0
     #: Reference model responder: echo | openai.
     responder: str = "echo"
+    #: Earlier turns of the call the responder sees (a bounded context, not the whole call).
+    responder_max_turns: int = 8
     openai_base_url: str = ""
     openai_model: str = ""
     openai_api_key: str = _secret()

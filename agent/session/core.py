@@ -34,6 +34,7 @@ class SessionCore:
         limits: SessionLimits,
         emit: Callable[[p.ServerEvent], None],
         spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        post: Callable[[Any], None],
     ) -> None:
         self.session_id = session_id
         self.plugin = plugin
@@ -44,6 +45,8 @@ class SessionCore:
         self.emit = emit
         #: Run a coroutine as a task the runner owns (cancelled and awaited at close).
         self.spawn = spawn
+        #: Queue an internal command (a stage output, a silence tick) in the session's mailbox.
+        self.post = post
         self.config = DuplexSessionConfig(input_sample_rate=capabilities.input_sample_rate)
         self.configured = False
         self.runtime_config: dict[str, object] = {}

@@ -26,7 +26,12 @@ from duplex_agent.plugins.contract.engine import EngineSubmitError
 
 
 class AppendFailed(RuntimeError):
-    """The engine refused input; the runner drops the appends queued behind it."""
+    """The engine refused input or the plugin failed to plan it; the input is rolled back
+    and the runner drops the appends queued behind it."""
+
+    def __init__(self, message: str, *, code: str = "append_failed") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class InputPipeline:
@@ -239,29 +244,37 @@ class InputPipeline:
         payload["duplex_turn_id"] = core.committed_turns + (0 if core.continuous else 1)
         if silence_deadline is not None:
             payload["duplex_silence_deadline"] = silence_deadline
-        runtime = core.plugin.prepare_prompt_config(dict(core.runtime_config), state=core.state, payload=payload)
-        plan = await core.plugin.prepare_append_plan(
-            request_id=request_id,
-            fence=core.fence,
-            session_config=session_config_dict(core.config),
-            runtime_config=runtime,
-            seq=self._append_seq,
-            turn_seq=core.turn_id,
-            payload=payload,
-            final=final,
-            sampling_params=core.sampling[0] if core.sampling else None,
-        )
+        try:
+            runtime = core.plugin.prepare_prompt_config(dict(core.runtime_config), state=core.state, payload=payload)
+            plan = await core.plugin.prepare_append_plan(
+                request_id=request_id,
+                fence=core.fence,
+                session_config=session_config_dict(core.config),
+                runtime_config=runtime,
+                seq=self._append_seq,
+                turn_seq=core.turn_id,
+                payload=payload,
+                final=final,
+                sampling_params=core.sampling[0] if core.sampling else None,
+            )
+        except Exception as exc:
+            self._undo(reservation, opened)
+            raise AppendFailed(f"the model plugin failed to plan input: {type(exc).__name__}: {exc}",
+                               code="plugin_error") from exc
         try:
             await core.engine.submit(plan)
         except EngineSubmitError as exc:
-            reservation.rollback()
-            if opened:
-                core.input_request_id = None
+            self._undo(reservation, opened)
             raise AppendFailed(str(exc)) from exc
         reservation.commit()
         if opened and core.continuous:
             self._router.watch(request_id, plan.stage_id, None)
         return request_id
+
+    def _undo(self, reservation: PcmAppendReservation, opened: bool) -> None:
+        reservation.rollback()
+        if opened:
+            self._core.input_request_id = None
 
     # ---- turns ----
 

@@ -9,6 +9,7 @@ at each turn boundary the model keeps only those words.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.ledger import ResponseLedger
 from duplex_agent.plugins.contract import DuplexFence
+
+log = logging.getLogger("duplex_agent.runner")
 
 
 @dataclass(slots=True)
@@ -44,6 +47,9 @@ class ActiveResponse:
     audio_done: bool = False
 
 
+#: Turns whose user item a late transcript can still find.
+_TURNS_REMEMBERED = 16
+
 #: Watch a stage request's outputs: (request id, stage id, the response it serves or None).
 WatchRequest = Callable[[str, int, "ActiveResponse | None"], None]
 
@@ -65,7 +71,7 @@ class ResponseManager:
     def add_user_item(self, item_id: str) -> str | None:
         """A user item enters history; returns the item before it, if any."""
         previous = self.history[-1].item_id if self.history else None
-        self.history.append(HistoryItem(item_id, "user"))
+        self._remember(HistoryItem(item_id, "user"))
         return previous
 
     def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
@@ -81,8 +87,19 @@ class ResponseManager:
         response = self.open(turn_id)
         response.request_ids.add(request_id)
         self._user_items_by_turn[turn_id] = item_id
+        while len(self._user_items_by_turn) > _TURNS_REMEMBERED:
+            del self._user_items_by_turn[next(iter(self._user_items_by_turn))]
         assert self.watch is not None
         self.watch(request_id, 0, response)
+
+    def _remember(self, item: HistoryItem) -> None:
+        """Add to history, dropping the oldest items the model already has in its context."""
+        history = self.history
+        history.append(item)
+        excess = len(history) - self._core.limits.max_history_items
+        while excess > 0 and (history[0].role == "user" or history[0].committed_to_model):
+            del history[0]
+            excess -= 1
 
     def user_transcript(self, turn_id: int, transcript: str) -> None:
         item_id = self._user_items_by_turn.get(turn_id)
@@ -101,7 +118,7 @@ class ResponseManager:
         response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger)
         self.active = response
         self.last = response
-        self.history.append(HistoryItem(item_id, "assistant", ledger=ledger))
+        self._remember(HistoryItem(item_id, "assistant", ledger=ledger))
         core.emit(p.ResponseCreated(response_id, item_id))
         return response
 
@@ -115,8 +132,25 @@ class ResponseManager:
             emit(p.ResponseAudioDone(response.response_id, response.item_id))
             emit(p.ResponseTranscriptDone(response.response_id, response.item_id, response.ledger.full_text()))
         emit(p.ResponseDone(response.response_id, status, reason, audio_ms=response.ledger.sent_ms))
-        if status == "completed":
+        if status != "cancelled":
             self.start_next_turn()
+
+    async def fail(self, response: ActiveResponse, code: str, message: str) -> None:
+        """A stage or the plugin failed this response: tell the client, stop its requests, end it.
+
+        The epoch advances, so outputs still on their way from its requests are dropped.
+        """
+        core = self._core
+        core.error(code, message, None, error_type="server_error")
+        core.epoch += 1
+        if core.continuous and core.input_request_id in response.request_ids:
+            core.input_request_id = None  # the next input opens a fresh request
+            core.state.audio_buffer.clear_force_listen()
+        try:
+            await core.engine.abort(response.request_ids)
+        except Exception:
+            log.exception("session %s: aborting the failed response's requests failed", core.session_id)
+        self.finish(response, "failed", code)
 
     async def cancel(self, reason: str) -> bool:
         """The cancel sequence: epoch + 1, abort the old epoch's requests, tell the client."""

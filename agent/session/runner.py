@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from duplex_agent.agent.models.vad import SharedScores, SileroVadModel
@@ -27,9 +28,10 @@ from duplex_agent.agent.protocol.session_config import apply_session_update, ses
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.input_pipeline import AppendFailed, InputPipeline
 from duplex_agent.agent.session.limits import SessionLimits
+from duplex_agent.agent.session.outbox import EventOutbox
 from duplex_agent.agent.session.responses import ActiveResponse, HistoryItem, ResponseManager
 from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
-from duplex_agent.agent.session.stage_router import StageRouter
+from duplex_agent.agent.session.stage_router import StageOutputArrived, StageRouter, StageStreamEnded
 from duplex_agent.plugins.contract import (
     DuplexCapabilities,
     DuplexFence,
@@ -43,8 +45,24 @@ from duplex_agent.plugins.contract.engine import DuplexEngine
 __all__ = ["ActiveResponse", "AppendFailed", "DuplexSessionRunner", "HistoryItem"]
 
 log = logging.getLogger("duplex_agent.runner")
-_CLOSE = object()
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
+
+
+@dataclass(frozen=True, slots=True)
+class _Close:
+    """Mailbox command: end the session (``reason`` unless one was already set)."""
+
+    reason: str
+    event_id: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _TaskFailed:
+    """Mailbox command: a task the runner spawned raised."""
+
+    name: str
+    error: BaseException
+    event_id: None = None
 
 
 class DuplexSessionRunner:
@@ -69,7 +87,7 @@ class DuplexSessionRunner:
         self._clock = clock
         self._on_close = on_close
         self._mailbox: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-        self._events: asyncio.Queue[p.ServerEvent | None] = asyncio.Queue()
+        self._outbox = EventOutbox(self.limits, clock=clock, on_overflow=self._client_too_slow)
         self._received = 0  # client commands received so far; each is numbered in arrival order
         self._queued_append_bytes = 0
         self._broken_through = 0  # appends received up to this seq are dropped after a failed append
@@ -79,7 +97,8 @@ class DuplexSessionRunner:
         self.closed_reason: str | None = None
         self._last_activity = clock()
 
-        self._core = core = SessionCore(session_id, plugin, engine, capabilities, self.limits, self._emit, self._spawn)
+        self._core = core = SessionCore(session_id, plugin, engine, capabilities, self.limits,
+                                        self._emit, self._spawn, self.post)
         self._silence = SilenceContinuation(
             self.post,
             period_s=plugin.silence_continuation_samples / capabilities.input_sample_rate,
@@ -88,7 +107,7 @@ class DuplexSessionRunner:
             enabled=core.continuous,
         )
         self._responses = ResponseManager(core)
-        self._router = StageRouter(core, self._responses, is_closed=self._closed.is_set)
+        self._router = StageRouter(core, self._responses)
         self._responses.watch = self._router.watch
         self._input = InputPipeline(core, self._responses, self._router, self._silence, vad_model=vad_model)
 
@@ -145,6 +164,11 @@ class DuplexSessionRunner:
         return self._router.dropped_stale_outputs
 
     @property
+    def outbox(self) -> EventOutbox:
+        """Events the client has not read yet (their count and audio)."""
+        return self._outbox
+
+    @property
     def skipped_silence_units(self) -> int:
         """Silence units not sent because the loop could not serve their deadline in time."""
         return self._silence.skipped_units
@@ -173,38 +197,39 @@ class DuplexSessionRunner:
         """The call's edge VAD scores every window already: turn detection reads its scores."""
         self._input.use_caller_scores(scores)
 
-    def post(self, command: SilenceTick) -> None:
-        """Queue an internal command behind the client's."""
+    def post(self, command: Any) -> None:
+        """Queue an internal command (silence tick, stage output, task failure) behind the client's."""
         self._mailbox.put_nowait((0, command))
 
     async def next_event(self) -> p.ServerEvent | None:
         """The next server event, None once closed; safe to cancel (nothing is lost)."""
-        event = await self._events.get()
-        if event is None:
-            self._events.put_nowait(None)  # every later reader sees the end too
-        return event
+        return await self._outbox.get()
 
     async def events(self) -> AsyncIterator[p.ServerEvent]:
         while (event := await self.next_event()) is not None:
             yield event
 
+    async def wait_closed(self) -> None:
+        """Return once the session has shut down (for whatever reason)."""
+        await self._closed.wait()
+
     async def close(self, reason: str = "client_closed") -> None:
         if self._task is None:
             return
         if not self._closed.is_set():
-            self.closed_reason = self.closed_reason or reason
-            self._mailbox.put_nowait((0, _CLOSE))
+            self._mailbox.put_nowait((0, _Close(reason)))
         await asyncio.shield(self._task)
 
     # ---- mailbox ----
 
     async def _run(self) -> None:
         self._silence.start()
-        idle = asyncio.create_task(self._expire_when_idle())
+        idle = asyncio.create_task(self._watch_idle_and_stalled())
         try:
             while True:
                 seq, command = await self._mailbox.get()
-                if command is _CLOSE:
+                if isinstance(command, _Close):
+                    self.closed_reason = self.closed_reason or command.reason
                     break
                 if isinstance(command, p.InputAudioBufferAppend):
                     self._queued_append_bytes -= command.audio.nbytes
@@ -219,7 +244,11 @@ class DuplexSessionRunner:
                     self._core.error(exc.code, str(exc), command.event_id)
                 except AppendFailed as exc:
                     self._broken_through = self._received  # everything queued behind it
-                    self._core.error("append_failed", str(exc), command.event_id, error_type="server_error")
+                    self._core.error(exc.code, str(exc), command.event_id, error_type="server_error")
+                except Exception as exc:  # a fault in one command ends that command, not the session
+                    log.exception("session %s: handling %s failed", self.session_id, type(command).__name__)
+                    self._core.error("internal_error", f"{type(exc).__name__}: {exc}", command.event_id,
+                                     error_type="server_error")
         except Exception:
             log.exception("session %s runner failed", self.session_id)
             self.closed_reason = self.closed_reason or "internal_error"
@@ -227,9 +256,9 @@ class DuplexSessionRunner:
             idle.cancel()
             await self._shutdown(idle)
 
-    async def _handle(self, command: p.ClientEvent | SilenceTick) -> None:
-        if isinstance(command, SilenceTick):
-            await self._input.continue_with_silence(command)
+    async def _handle(self, command: Any) -> None:
+        if not isinstance(command, p.ClientEvent):
+            await self._handle_internal(command)
             return
         self._last_activity = self._clock()
         if isinstance(command, p.SessionUpdate):
@@ -267,6 +296,18 @@ class DuplexSessionRunner:
                 raise p.ProtocolError("invalid_field", f"DTMF digit must be one of {''.join(sorted(DTMF_DIGITS))}")
             self._emit(p.DtmfReceived(command.digit))
 
+    async def _handle_internal(self, command: Any) -> None:
+        if isinstance(command, StageOutputArrived):
+            await self._router.route(command)
+        elif isinstance(command, StageStreamEnded):
+            await self._router.end(command)
+        elif isinstance(command, SilenceTick):
+            await self._input.continue_with_silence(command)
+        elif isinstance(command, _TaskFailed):
+            log.error("session %s: task %s failed: %r", self.session_id, command.name, command.error)
+            self._core.error("internal_error", f"{command.name} failed: {command.error}", None,
+                             error_type="server_error")
+
     async def _session_update(self, command: p.SessionUpdate) -> None:
         core, plugin = self._core, self.plugin
         update = dict(command.session)
@@ -298,20 +339,35 @@ class DuplexSessionRunner:
     # ---- helpers ----
 
     def _emit(self, event: p.ServerEvent) -> None:
-        if not self._closed.is_set():
-            self._events.put_nowait(event)
+        self._outbox.put(event)
+
+    def _client_too_slow(self) -> None:
+        """The client stopped reading: keep nothing more for it, tell it why, and close."""
+        self.closed_reason = self.closed_reason or "client_too_slow"
+        log.warning("session %s: the client stopped reading (%d events, %.0f ms of audio unread); closing",
+                    self.session_id, len(self._outbox), self._outbox.audio_ms)
+        self._outbox.cut_off(p.SessionLagging("client", round(self._outbox.audio_ms, 1)),
+                             p.SessionClosed(self.closed_reason))
+        self.post(_Close(self.closed_reason))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
 
-    async def _expire_when_idle(self) -> None:
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self.post(_TaskFailed(task.get_name(), error))  # handled (and logged) by the mailbox task
+
+    async def _watch_idle_and_stalled(self) -> None:
+        """Close a session whose client sends nothing, or cut off one that stopped reading."""
+        limits = self.limits
         while True:
-            await asyncio.sleep(min(1.0, self.limits.idle_timeout_s / 4))
-            if self._clock() - self._last_activity > self.limits.idle_timeout_s:
-                self.closed_reason = "idle_timeout"
-                self._mailbox.put_nowait((0, _CLOSE))
+            await asyncio.sleep(min(1.0, limits.idle_timeout_s / 4, limits.client_stall_s / 2))
+            self._outbox.check_stall()
+            if self._clock() - self._last_activity > limits.idle_timeout_s:
+                self.post(_Close("idle_timeout"))
                 return
 
     async def _shutdown(self, idle: asyncio.Task[Any]) -> None:
@@ -325,9 +381,7 @@ class DuplexSessionRunner:
             task.cancel()
         await asyncio.gather(*self._tasks, idle, return_exceptions=True)
         self.plugin.data_plane.close_session(self.session_id)
-        reason = self.closed_reason or "closed"
-        self._events.put_nowait(p.SessionClosed(reason))
+        self._outbox.seal(p.SessionClosed(self.closed_reason or "closed"))
         self._closed.set()
-        self._events.put_nowait(None)
         if self._on_close is not None:
             self._on_close(self)

@@ -19,9 +19,15 @@ from duplex_agent.plugins.contract import DuplexModelSessionState
 
 @dataclass(frozen=True, slots=True)
 class SilenceTick:
-    """Mailbox command: a silence unit is due at ``deadline``."""
+    """Mailbox command: a silence unit is due at ``deadline``.
+
+    ``scheduled`` is the deadline the schedule held when the tick was posted; ``deadline``
+    is later by ``skipped`` whole periods when the loop woke too late to serve those.
+    """
 
     deadline: float
+    scheduled: float
+    skipped: int = 0
     event_id: None = None
 
 
@@ -30,6 +36,8 @@ class SilenceContinuation:
 
     ``post`` queues the tick in the session's mailbox; the session calls ``advance`` once it
     has handled the tick (whether or not the submit worked) and ``anchor`` on real input.
+    Only those two calls, made by the session's mailbox task, write the session state;
+    the scheduling task only reads it.
     """
 
     def __init__(
@@ -70,11 +78,12 @@ class SilenceContinuation:
         self._wake.set()
 
     def is_current(self, tick: SilenceTick) -> bool:
-        return self._state.silence_deadline_monotonic == tick.deadline
+        return self._state.silence_deadline_monotonic == tick.scheduled
 
     def advance(self, tick: SilenceTick) -> None:
-        """The unit for ``tick`` was submitted; the next one is due a period later."""
+        """The unit for ``tick`` was handled (submitted or failed); the next one is due a period later."""
         state = self._state
+        self.skipped_units += tick.skipped
         state.continuation_units += 1
         state.silence_deadline_monotonic = tick.deadline + self.period_s
         self._wake.set()
@@ -89,17 +98,15 @@ class SilenceContinuation:
                 continue
             delay = deadline - self._clock()
             if delay > 0:
+                # A timer, not wait_for: wait_for can swallow a cancel that races its timeout,
+                # and then stop() would wait forever.
+                timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                    continue  # re-anchored or advanced: recompute
-                except TimeoutError:
-                    pass
-            if state.silence_deadline_monotonic != deadline:
-                continue
+                    await self._wake.wait()
+                finally:
+                    timer.cancel()
+                continue  # due now, re-anchored or advanced: recompute
             late = self._clock() - deadline
-            if late >= self.period_s:
-                missed = int(late // self.period_s)
-                self.skipped_units += missed
-                state.silence_deadline_monotonic = deadline = deadline + missed * self.period_s
-            self._post(SilenceTick(deadline))
+            missed = int(late // self.period_s) if late >= self.period_s else 0
+            self._post(SilenceTick(deadline + missed * self.period_s, deadline, missed))
             await self._wake.wait()  # the runner advances (or re-anchors) the schedule

@@ -1,13 +1,17 @@
 """The stage router: where a stage's outputs go.
 
-Each watched stage request streams its outputs back; an output of an older
-epoch is dropped. A current one goes through the plugin's decision (listen,
-speak, finish), to the client through the data plane when it is the final
-stage's (or the plugin projects it), and on to the next stage's request.
+Each watched stage request has a reader task that only posts what arrives
+(``StageOutputArrived``, then ``StageStreamEnded``) into the session's mailbox;
+the mailbox task routes it. An output of an older epoch is dropped. A current
+one goes through the plugin's decision (listen, speak, finish), to the client
+through the data plane when it is the final stage's (or the plugin projects
+it), and on to the next stage's request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +21,8 @@ from duplex_agent.agent.session.ledger import TextMark
 from duplex_agent.agent.session.responses import ActiveResponse, ResponseManager
 from duplex_agent.plugins.contract import DuplexAppendPlan, DuplexFence, PartialStageForward
 from duplex_agent.plugins.contract.engine import EngineSubmitError, StageOutput
+
+log = logging.getLogger("duplex_agent.runner")
 
 
 @dataclass(slots=True)
@@ -32,38 +38,82 @@ class StageStream:
     forwarded_partial: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class StageOutputArrived:
+    """Mailbox command: one output of a watched stage request."""
+
+    stream: StageStream
+    output: StageOutput
+    event_id: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageStreamEnded:
+    """Mailbox command: a watched request's output stream ended (``error`` if reading it raised)."""
+
+    stream: StageStream
+    error: BaseException | None = None
+    event_id: None = None
+
+
 class StageRouter:
-    def __init__(self, core: SessionCore, responses: ResponseManager, *, is_closed: Any) -> None:
+    def __init__(self, core: SessionCore, responses: ResponseManager) -> None:
         self._core = core
         self._responses = responses
-        self._is_closed = is_closed
         self.dropped_stale_outputs = 0
 
     def watch(self, request_id: str, stage_id: int, response: ActiveResponse | None) -> None:
         core = self._core
         stream = StageStream(request_id, stage_id, core.fence, core.turn_id, response)
         core.plugin.data_plane.begin_request(request_id)
-        core.spawn(self._consume(stream))
+        core.spawn(self._read(stream))
 
-    async def _consume(self, stream: StageStream) -> None:
-        core = self._core
+    async def _read(self, stream: StageStream) -> None:
+        """The reader task: posts each output, then the end; it changes nothing itself."""
+        post = self._core.post
         try:
-            async for output in core.engine.outputs(stream.request_id):
-                if not stream.fence.admits(core.fence) or self._is_closed():
-                    self.dropped_stale_outputs += 1
-                    continue
-                await self.on_output(stream, output)
-        finally:
-            core.plugin.data_plane.close_stream(stream.request_id)
+            async for output in self._core.engine.outputs(stream.request_id):
+                post(StageOutputArrived(stream, output))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            post(StageStreamEnded(stream, exc))
+        else:
+            post(StageStreamEnded(stream))
 
-    async def on_output(self, stream: StageStream, out: StageOutput) -> None:
+    async def route(self, arrived: StageOutputArrived) -> None:
+        """Mailbox: route one output; a plugin or engine exception fails the response it serves."""
+        stream = arrived.stream
+        if not stream.fence.admits(self._core.fence):
+            self.dropped_stale_outputs += 1
+            return
+        try:
+            await self._on_output(stream, arrived.output)
+        except Exception as exc:
+            log.exception("session %s: routing an output of %s failed", self._core.session_id, stream.request_id)
+            await self._fail(stream, "plugin_error", f"the model plugin failed: {type(exc).__name__}: {exc}")
+
+    async def end(self, ended: StageStreamEnded) -> None:
+        """Mailbox: a request's output stream is over."""
+        stream = ended.stream
+        self._core.plugin.data_plane.close_stream(stream.request_id)
+        if ended.error is not None and stream.fence.admits(self._core.fence):
+            log.error("session %s: reading %s failed: %r", self._core.session_id, stream.request_id, ended.error)
+            await self._fail(stream, "stage_failed", f"stage {stream.stage_id} failed: {ended.error}")
+
+    async def _fail(self, stream: StageStream, code: str, message: str) -> None:
+        responses = self._responses
+        response = stream.response or (responses.active if self._core.continuous else None)
+        if response is not None and response is responses.active:
+            await responses.fail(response, code, message)
+        else:
+            self._core.error(code, message, None, error_type="server_error")
+
+    async def _on_output(self, stream: StageStream, out: StageOutput) -> None:
         core, responses, plugin = self._core, self._responses, self._core.plugin
         final_stage = core.engine.stage_count - 1
         if out.error is not None:
-            core.error("stage_failed", f"stage {out.stage_id} failed: {out.error}", None, error_type="server_error")
-            if stream.response is not None:
-                await core.engine.abort(stream.response.request_ids)
-                responses.finish(stream.response, "failed", "stage_failed")
+            await self._fail(stream, "stage_failed", f"stage {out.stage_id} failed: {out.error}")
             return
         if lag := out.metadata.get("lag_ms"):
             core.emit(p.SessionLagging(f"stage{out.stage_id}", float(lag)))  # type: ignore[arg-type]
@@ -174,12 +224,10 @@ class StageRouter:
         try:
             await core.engine.submit(plan)
         except EngineSubmitError as exc:
-            core.error("stage_failed", str(exc), None, error_type="server_error")
-            await core.engine.abort(response.request_ids)
-            self._responses.finish(response, "failed", "stage_failed")
+            await self._fail(stream, "stage_failed", str(exc))
             return
         if opened:
             response.request_ids.add(str(request_id))
             child = StageStream(str(request_id), next_stage, stream.fence, stream.turn_id, response)
             core.plugin.data_plane.begin_request(str(request_id))
-            core.spawn(self._consume(child))
+            core.spawn(self._read(child))

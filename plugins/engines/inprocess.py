@@ -4,6 +4,11 @@ Each stage request is one asyncio task fed by an input queue; blocking model
 work goes to a bounded thread pool shared by all sessions, so the event loop
 never waits on a model. Aborting a request cancels its task and raises its
 ``cancelled`` flag, which long blocking work checks between chunks.
+
+One engine may serve sessions on several event loops (LiveKit jobs are threads,
+each with its own loop). A request belongs to the loop that opened it: its task
+and queues are only touched there, so an abort or close from another thread is
+handed to the owning loop with ``run_coroutine_threadsafe``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError
 
 T = TypeVar("T")
 _END = object()
+#: How long an abort waits for another loop to stop its requests.
+CROSS_LOOP_STOP_S = 5.0
 
 
 @dataclass(slots=True)
@@ -72,6 +79,7 @@ class _Request:
     stage: PythonStage
     handle: StageRequest
     outputs: asyncio.Queue[StageOutput | None]
+    loop: asyncio.AbstractEventLoop
     task: asyncio.Task[None] | None = None
     closed: bool = False
 
@@ -83,6 +91,7 @@ class InProcessEngine(DuplexEngine):
         self._stages = tuple(stages)
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="duplex-stage")
         self._requests: dict[str, _Request] = {}
+        self._lock = threading.Lock()  # _requests is shared by every loop's thread
 
     @property
     def stage_count(self) -> int:
@@ -99,8 +108,9 @@ class InProcessEngine(DuplexEngine):
         if request is None:
             stage = self._stages[plan.stage_id]
             handle = StageRequest(plan.request_id, plan.stage_id, plan.sampling_params, self._executor)
-            request = _Request(stage, handle, asyncio.Queue())
-            self._requests[plan.request_id] = request
+            request = _Request(stage, handle, asyncio.Queue(), asyncio.get_running_loop())
+            with self._lock:
+                self._requests[plan.request_id] = request
             request.task = asyncio.create_task(self._run(request), name=f"stage-{plan.request_id}")
         elif request.closed or request.task is None or request.task.done():
             raise EngineSubmitError(f"request {plan.request_id} takes no more input")
@@ -126,24 +136,38 @@ class InProcessEngine(DuplexEngine):
                 if item.finished:
                     return
         finally:
-            self._requests.pop(request_id, None)
+            with self._lock:
+                if self._requests.get(request_id) is request:
+                    del self._requests[request_id]
+            if request.task is not None and not request.task.done():
+                # Nobody reads this request any more: stop its work.
+                request.handle.cancelled.set()
+                request.task.cancel()
 
     async def abort(self, request_ids: Iterable[str]) -> None:
-        tasks = []
-        for request_id in request_ids:
-            request = self._requests.pop(request_id, None)
-            if request is None:
-                continue
-            request.handle.cancelled.set()
-            request.outputs.put_nowait(None)
-            if request.task is not None:
-                request.task.cancel()
-                tasks.append(request.task)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
+        with self._lock:
+            for request_id in request_ids:
+                request = self._requests.pop(request_id, None)
+                if request is not None:
+                    request.handle.cancelled.set()  # thread-safe: blocking work sees it at once
+                    by_loop.setdefault(request.loop, []).append(request)
+        here = asyncio.get_running_loop()
+        waits = []
+        for loop, requests in by_loop.items():
+            if loop is here:
+                waits.append(_stop(requests))
+            elif loop.is_running():
+                stopped = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_stop(requests), loop))
+                waits.append(asyncio.wait_for(stopped, CROSS_LOOP_STOP_S))  # that loop may be stopping too
+            # A loop that no longer runs took its tasks with it; the cancel flags are set.
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def close(self) -> None:
-        await self.abort(list(self._requests))
+        with self._lock:
+            request_ids = list(self._requests)
+        await self.abort(request_ids)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self, request: _Request) -> None:
@@ -168,3 +192,15 @@ class InProcessEngine(DuplexEngine):
             )
         finally:
             request.closed = True
+
+
+async def _stop(requests: list[_Request]) -> None:
+    """On the requests' own loop: end their output streams, cancel their tasks and wait for them."""
+    tasks = []
+    for request in requests:
+        request.outputs.put_nowait(None)
+        if request.task is not None:
+            request.task.cancel()
+            tasks.append(request.task)
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)

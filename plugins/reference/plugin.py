@@ -27,6 +27,7 @@ from duplex_agent.plugins.contract import (
     reject_private_runtime_keys,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
+from duplex_agent.plugins.reference.responders import DEFAULT_MAX_TURNS, recent_turns
 from duplex_agent.plugins.reference.sentences import ClauseSplitter
 from duplex_agent.plugins.reference.stages import (
     ASR_RATE,
@@ -58,13 +59,15 @@ class ReferencePlugin(DuplexModelPlugin):
         self.silence_continuation_samples = UNIT_SAMPLES
         self.responder_name = "echo"
         self.responder_settings: dict[str, Any] = {}
+        self.responder_max_turns = DEFAULT_MAX_TURNS
 
     def configure_from_settings(self, settings: Any) -> None:
         """Take the responder choice from the worker's settings."""
         self.responder_name = settings.responder
+        self.responder_max_turns = settings.responder_max_turns
         if settings.responder == "openai":
             self.responder_settings = {"base_url": settings.openai_base_url, "model": settings.openai_model,
-                                       "api_key": settings.openai_api_key}
+                                       "api_key": settings.openai_api_key, "max_turns": settings.responder_max_turns}
 
     def build_local_engine(self) -> InProcessEngine:
         """Loads the models (once per process) and wires the three stages."""
@@ -139,7 +142,10 @@ class ReferencePlugin(DuplexModelPlugin):
 
     def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
         if session_id is not None and assistant_text:
-            self.context(session_id).history.append({"role": "assistant", "content": assistant_text})
+            context = self.context(session_id)
+            context.history.append({"role": "assistant", "content": assistant_text})
+            # Keep only what the responder will see.
+            context.history[:] = recent_turns(context.history, self.responder_max_turns)
 
     # ---- session policy ----
 

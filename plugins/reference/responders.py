@@ -1,4 +1,8 @@
-"""Text responders: turn a user's utterance (plus history) into streamed reply text."""
+"""Text responders: turn a user's utterance (plus history) into streamed reply text.
+
+A responder sees a bounded context: the last ``max_turns`` turns of the history
+(a turn is a user message and what followed it), never the whole call.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,18 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+
+#: Earlier turns a responder sees by default (settings: ``responder_max_turns``).
+DEFAULT_MAX_TURNS = 8
+
+
+def recent_turns(history: list[dict[str, str]], max_turns: int) -> list[dict[str, str]]:
+    """The user/assistant messages of the last ``max_turns`` turns of ``history``."""
+    messages = [turn for turn in history if turn.get("role") in ("user", "assistant")]
+    if max_turns <= 0:
+        return []
+    starts = [i for i, turn in enumerate(messages) if turn["role"] == "user"]
+    return messages[starts[-max_turns]:] if len(starts) > max_turns else messages
 
 
 class ResponderError(RuntimeError):
@@ -57,8 +73,10 @@ class OpenAIResponder:
         system_prompt: str = "",
         *,
         timeout_s: float = 60.0,
+        max_turns: int = DEFAULT_MAX_TURNS,
     ) -> None:
         self.url = _chat_completions_url(base_url)
+        self.max_turns = max_turns
         self.model = model
         self.api_key = api_key
         self.system_prompt = system_prompt
@@ -66,11 +84,8 @@ class OpenAIResponder:
 
     def _messages(self, history: list[dict[str, str]], user_text: str) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        messages += [
-            {"role": turn["role"], "content": turn["content"]}
-            for turn in history
-            if turn.get("role") in ("user", "assistant")
-        ]
+        messages += [{"role": turn["role"], "content": turn["content"]}
+                     for turn in recent_turns(history, self.max_turns)]
         messages.append({"role": "user", "content": user_text})
         return messages
 
@@ -139,7 +154,7 @@ def _delta_text(data: str) -> str:
     return delta.get("content") or ""
 
 
-_OPENAI_KEYS = frozenset({"base_url", "model", "api_key", "system_prompt", "timeout_s"})
+_OPENAI_KEYS = frozenset({"base_url", "model", "api_key", "system_prompt", "timeout_s", "max_turns"})
 
 
 def make_responder(name: str, settings: Mapping[str, Any] | None = None) -> Responder:

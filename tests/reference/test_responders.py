@@ -9,6 +9,7 @@ from duplex_agent.plugins.reference.responders import (
     OpenAIResponder,
     ResponderError,
     make_responder,
+    recent_turns,
 )
 
 
@@ -147,3 +148,54 @@ def test_make_responder():
         make_responder("openai", {"base_url": "http://x/v1"})
     with pytest.raises(ValueError, match="colour"):
         make_responder("openai", {"base_url": "http://x/v1", "model": "m", "colour": 1})
+
+
+@pytest.mark.asyncio
+async def test_openai_sees_only_the_last_turns():
+    bodies: list[dict] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(sse(chunk("ok")) + b"data: [DONE]\n\n")
+        return response
+
+    runner, base_url = await start_server(handler)
+    try:
+        responder = make_responder("openai", {"base_url": base_url, "model": "m", "max_turns": 2})
+        history = []
+        for turn in range(30):  # a long call
+            history += [{"role": "user", "content": f"q{turn}"}, {"role": "assistant", "content": f"a{turn}"}]
+        await collect(responder.respond(history, "now"))
+    finally:
+        await runner.cleanup()
+    assert [m["content"] for m in bodies[0]["messages"]] == ["q28", "a28", "q29", "a29", "now"]
+
+
+def test_recent_turns_keeps_whole_turns():
+    history = [{"role": "assistant", "content": "hi, how can I help"},
+               {"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
+               {"role": "user", "content": "u2"}, {"role": "tool", "content": "x"},
+               {"role": "assistant", "content": "a2"}]
+    assert [t["content"] for t in recent_turns(history, 1)] == ["u2", "a2"]
+    assert [t["content"] for t in recent_turns(history, 5)] == ["hi, how can I help", "u1", "a1", "u2", "a2"]
+    assert recent_turns(history, 0) == []
+
+
+def test_the_setting_reaches_the_reference_responder():
+    from duplex_agent.agent.app.settings import Settings
+    from duplex_agent.agent.protocol.audio import as_float32_audio
+    from duplex_agent.plugins.reference.plugin import ReferencePlugin
+
+    settings = Settings.from_env({"DUPLEX_RESPONDER": "openai", "DUPLEX_OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                                  "DUPLEX_OPENAI_MODEL": "m", "DUPLEX_RESPONDER_MAX_TURNS": "3"})
+    plugin = ReferencePlugin(as_float32_audio)
+    plugin.configure_from_settings(settings)
+    assert make_responder(plugin.responder_name, plugin.responder_settings).max_turns == 3
+    # The call's remembered context is cut to what the responder will see.
+    context = plugin.context("sess1")
+    for turn in range(10):
+        context.history.append({"role": "user", "content": f"q{turn}"})
+        plugin.commit_model_context(session_id="sess1", assistant_text=f"a{turn}")
+    assert [t["content"] for t in context.history] == ["q7", "a7", "q8", "a8", "q9", "a9"]

@@ -17,12 +17,13 @@ from tests.runtime.drivers import Driver, RunnerDriver, WebSocketDriver
 
 @pytest.fixture
 async def open_driver(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Any]]:
-    """open_driver(script, transport=..., **backend_kwargs) -> (driver, plugin, backend)."""
+    """open_driver(script, transport=..., plugin=..., **backend_kwargs) -> (driver, plugin, backend)."""
     cleanups: list[Any] = []
 
     async def factory(script: Script | None = None, *, transport: str = "runner", limits: SessionLimits | None = None,
-                      max_sessions: int = 4, engine: Any = None, config_timeout_s: float = 10.0):
-        plugin = ScriptedPlugin(as_float32_audio, script or Script())
+                      max_sessions: int = 4, engine: Any = None, config_timeout_s: float = 10.0,
+                      plugin: ScriptedPlugin | None = None):
+        plugin = plugin or ScriptedPlugin(as_float32_audio, script or Script())
         backend = LocalBackend(plugin, engine or plugin.build_local_engine(), max_sessions=max_sessions, limits=limits)
         cleanups.append(backend.close)
         if transport == "runner":
