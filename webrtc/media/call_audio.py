@@ -51,6 +51,8 @@ OVERLAP_POLICIES = ("barge_in", "listen")
 #: 0-20 ms (11 ms on average) of 20 ms chunks between 16 and 48 kHz, ~1 ms from 22.05
 #: kHz; "HQ" holds back 20-33 ms. LQ keeps an anti-aliasing filter, which ASR wants.
 RESAMPLE_QUALITY = "LQ"
+#: The most a continuous model's response is held back before its playout starts (a jitter buffer).
+MAX_JITTER_MS = 100.0
 #: session.update fields a page may set over the data channel, with their types.
 PAGE_SESSION_FIELDS: dict[str, tuple[type, ...]] = {
     "instructions": (str,),
@@ -136,10 +138,11 @@ class CallAudioPath:
         self._acked: set[str] = set()
         self._marks: dict[str, list[TextMark]] = {}  # response -> which words span which audio
         # A frame-synchronous model (continuous input, 40 ms or longer units) sends one unit per
-        # tick of its own clock; playout starts a response one unit late, so that the jitter of
-        # that clock against the caller's 20 ms pacing does not run the queue dry.
+        # tick of its own clock; playout starts a response one unit late (at most MAX_JITTER_MS,
+        # so a 1 s unit does not hold a reply back for a second), so that the jitter of that clock
+        # against the caller's 20 ms pacing does not run the queue dry.
         continuous = self._caps.input_mode == "continuous" and self._caps.unit_ms >= 40.0
-        self._jitter_ms = self._caps.unit_ms if continuous else 0.0
+        self._jitter_ms = min(self._caps.unit_ms, MAX_JITTER_MS) if continuous else 0.0
         self._held: dict[str, list[np.ndarray]] = {}  # response -> audio held back before its playout starts
         self._held_ms: dict[str, float] = {}
         self._released: set[str] = set()  # responses whose playout has started
@@ -326,7 +329,7 @@ class CallAudioPath:
         first_at = self._first_delta_at.pop(response_id, None)
         self._released.discard(response_id)
         if response_id in self._held_ms and response_id not in self._dropped_responses:
-            self.playout.push(self._release_held(response_id), response_id, tag=first_at)
+            self.playout.capture(self._release_held(response_id), response_id, tag=first_at)
         resampler = self._output_resamplers.pop(response_id, None)
         if resampler is not None and response_id not in self._dropped_responses:
             self.playout.capture(resampler.flush(), response_id)
