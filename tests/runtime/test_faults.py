@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterable
 import pytest
 
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.protocol.omni_wire import omni_error_code
 from duplex_agent.agent.protocol.audio import as_float32_audio
+from duplex_agent.agent.protocol.omni_wire import omni_error_code
 from duplex_agent.agent.session.limits import SessionLimits
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.contract.engine import StageOutput, request_session_id
