@@ -55,6 +55,9 @@ class PeerRegistry:
         self.sessions: dict[str, PeerSession] = {}
         self.parked = ParkedConversations(resume_grace_s)
         self._closing: set[asyncio.Task[None]] = set()
+        #: Peers being closed now, and those of them the page hung up on meanwhile (not to be parked).
+        self._closing_ids: set[str] = set()
+        self._hung_up: set[str] = set()
 
     async def open(self, conversation: Conversation | None = None) -> PeerSession:
         """A peer for a new conversation, or for ``conversation`` (a resumed one)."""
@@ -84,6 +87,7 @@ class PeerRegistry:
 
     async def _close(self, session: PeerSession, reason: str) -> None:
         self.sessions.pop(session.pc_id, None)
+        self._closing_ids.add(session.pc_id)
         park = self.parked.is_resumable(session.pc_id) and reason not in _NOT_PARKED
         if not park:
             self.parked.forget(session.pc_id)
@@ -91,8 +95,23 @@ class PeerRegistry:
             await session.close(reason, keep_conversation=park)
         except Exception:
             logger.exception("closing peer %s failed", session.pc_id)
-        if park:
+        self._closing_ids.discard(session.pc_id)
+        if park and session.pc_id in self._hung_up:  # the page's hang-up came while its peer was closing
+            self.parked.forget(session.pc_id)
+            await session.conversation.close("client_close")
+        elif park:
             self.parked.park(session.pc_id, session.conversation)
+        self._hung_up.discard(session.pc_id)
+
+    async def hang_up(self, pc_id: str) -> bool:
+        """The page ended its call on purpose: no resume; False when no such peer is known."""
+        if pc_id in self.sessions:
+            self.finish(self.sessions[pc_id], "client_close")
+            return True
+        if pc_id in self._closing_ids:
+            self._hung_up.add(pc_id)
+            return True
+        return await self.parked.discard(pc_id, "client_close")
 
     async def close_all(self, _app: web.Application | None = None) -> None:
         for session in list(self.sessions.values()):
@@ -236,10 +255,9 @@ async def delete_offer(request: web.Request) -> web.Response:
     """``{"pc_id"}``: the page hangs up on purpose; the conversation ends now (it is not kept for a resume)."""
     try:
         data = await _read_json(request)
-        registry, pc_id = request.app[WEBRTC_PEERS], _field(data, "pc_id", str)
-        if pc_id not in registry.sessions and await registry.parked.discard(pc_id, "client_close"):
-            return web.Response(status=204)  # its connection went first and it was parked
-        registry.finish(_session(request, pc_id), "client_close")
+        pc_id = _field(data, "pc_id", str)
+        if not await request.app[WEBRTC_PEERS].hang_up(pc_id):
+            raise SignalingError(404, "unknown_pc_id", f"no peer connection {pc_id!r}")
         return web.Response(status=204)
     except SignalingError as exc:
         return exc.response()
