@@ -134,6 +134,18 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
     return server
 
 
+def _start_livekit_ffi() -> None:
+    """Create livekit.rtc's native client now, on the main thread, before any job runs.
+
+    The SDK creates it lazily and unguarded: two job threads that touch it first at the
+    same moment each make one, and the rooms of one never hear from it (a connect stalls
+    until the native side panics and SIGTERMs the process; a disconnect never returns).
+    """
+    from livekit.rtc._ffi_client import FfiClient
+
+    assert FfiClient.instance is not None
+
+
 async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Settings, signal_name: str) -> None:
     """livekit-agents' drain (no new jobs, the server told we are full), live calls finishing, then closed."""
     log.warning("%s: draining; live calls have up to %g s (a second signal exits at once)",
@@ -152,6 +164,7 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
 
     signals = ShutdownSignals()
     signals.install()
+    _start_livekit_ffi()
     backend = await start_backend(settings)
     calls = LiveCalls()
     server = build_agent_server(settings, backend, calls, dev=dev)

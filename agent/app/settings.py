@@ -27,6 +27,8 @@ class Settings:
     backend_api_key: str = ""
     #: A JSON file of session fields every remote session opens with (e.g. MiniCPM-o's ``ref_audio``).
     backend_session: str = ""
+    #: Seconds without a server event while a reply plays before the reply is cancelled as stalled.
+    backend_stall_timeout: float = 3.0
     max_sessions: int = 4
     #: Seconds a SIGTERM/SIGINT lets live calls finish before they are closed.
     drain_timeout: float = 60.0

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 from livekit import rtc
 
+from devtools.speech import speak, transcribe
 from tests.integration.conftest import Microphone
+from tests.webrtc.client_peer import wait_for
+
+#: Frames (10 ms each) a caller keeps listening after the agent says it stopped speaking: the
+#: last of its reply is still on its way through the SFU (decode, jitter buffer, re-encode).
+TAIL_FRAMES = 60
+#: How far (10 ms frames) a state change may overtake the transcript sent before it.
+TAIL_SLACK_FRAMES = 5
 
 
 @dataclass
@@ -34,9 +42,13 @@ class LiveKitCaller:
         self.received: list[np.ndarray] = []
         self.transcripts: list[Transcript] = []
         self.agent_states: list[str] = []
+        #: (state, frames received when it arrived)
+        self.state_log: list[tuple[str, int]] = []
+        self.agent_left = False
         self._tasks: list[asyncio.Task] = []
         self.room.on("track_subscribed", self._on_track)
         self.room.on("participant_attributes_changed", self._on_attributes)
+        self.room.on("participant_disconnected", self._on_participant_left)
         self.room.register_text_stream_handler("lk.transcription", self._on_text_stream)
 
     async def join(self, *, publish: bool = True) -> None:
@@ -66,6 +78,11 @@ class LiveKitCaller:
     def _on_attributes(self, changed: dict[str, str], participant) -> None:
         if "lk.agent.state" in changed:
             self.agent_states.append(changed["lk.agent.state"])
+            self.state_log.append((changed["lk.agent.state"], len(self.received)))
+
+    def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
+        if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+            self.agent_left = True
 
     def _on_text_stream(self, reader: rtc.TextStreamReader, sender: str) -> None:
         at_frame = len(self.received)
@@ -75,6 +92,33 @@ class LiveKitCaller:
             self.transcripts.append(Transcript(sender, text, dict(reader.info.attributes or {}), at_frame))
 
         self._tasks.append(asyncio.create_task(read()))
+
+    def agent_replies(self) -> list[Transcript]:
+        return [t for t in self.transcripts if t.final and t.sender.startswith("agent-")]
+
+    def listening_after_speaking(self, frame: int) -> int | None:
+        """When the agent is listening now, having spoken since ``frame``: the frame count at which it went quiet."""
+        states = [(state, at) for state, at in self.state_log if at >= frame]
+        if states and states[-1][0] == "listening" and any(state == "speaking" for state, _ in states):
+            return states[-1][1]
+        return None
+
+    async def say_and_hear(self, text: str, timeout: float = 60) -> str:
+        """Say ``text`` and return what this caller heard of the reply, as Whisper transcribes it.
+
+        Waits on the agent's own signals: its final transcript (the reply is fully generated), then
+        ``lk.agent.state`` back at listening after it (the playout ran dry with nothing left to come:
+        the room sends the state after the transcript), then the frames still on their way."""
+        start, replies = len(self.received), len(self.agent_replies())
+        self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
+        await wait_for(lambda: len(self.agent_replies()) > replies, timeout, "the agent's reply")
+        generated_at = self.agent_replies()[replies].at_frame
+        # Sent after the transcript, the state may still overtake it by a few frames on another path.
+        await wait_for(lambda: (self.listening_after_speaking(start) or -1) >= generated_at - TAIL_SLACK_FRAMES,
+                       timeout, "the agent to finish speaking")
+        stopped = self.listening_after_speaking(start)
+        await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES, timeout, "the reply's last frames")
+        return transcribe(np.concatenate(self.received[start:]), 48000)
 
     def loud_frames(self, since: int = 0, threshold: float = 0.02) -> int:
         return sum(float(np.sqrt(np.mean(f**2))) > threshold for f in self.received[since:])

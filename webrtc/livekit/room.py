@@ -265,6 +265,8 @@ class LiveKitRoomCall:
             self._later(lambda: self._agent_transcript(event.response_id, None, final=event.transcript))
         elif isinstance(event, p.ResponseDone) and event.status != "completed":
             self._later(self._close_agent_segment)
+        elif isinstance(event, p.ErrorEvent):
+            log.warning("session error %s: %s", event.code, event.error.get("message"))
         elif isinstance(event, p.DtmfReceived):
             log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
 

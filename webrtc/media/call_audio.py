@@ -343,6 +343,7 @@ class CallAudioPath:
                     self._speech_stopped_at = None
                     self.figures.record("turn_ms", ms)
                     TURN_LATENCY_MS.observe(ms)
+            if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
                 self._set_state("speaking")
             elif isinstance(progress, ResponsePlayed):
                 self._ack(progress.response_id)
