@@ -49,7 +49,7 @@ class RealtimeEndpoint:
             await link.send(p.ErrorEvent.of(exc.code, str(exc), event_id=first.event_id, error_type="server_error"))
             await ws.close()
             return ws
-        pump = asyncio.create_task(self._pump(conversation, link))
+        pump = asyncio.create_task(self._pump(conversation, link, ws))
         try:
             conversation.send(first)
             await self._receive(ws, link, conversation)
@@ -96,9 +96,12 @@ class RealtimeEndpoint:
             raise p.ProtocolError("frame_too_large", f"a frame may carry at most {self.max_frame_bytes} bytes")
         return codec.decode_client_event(text, audio_format=link.input_format)
 
-    async def _pump(self, conversation: Conversation, link: _Link) -> None:
+    async def _pump(self, conversation: Conversation, link: _Link, ws: web.WebSocketResponse) -> None:
         async for event in conversation.events():
             await link.send(event)
+        # The session has ended (its session.closed is out): end the socket too, so a client
+        # that keeps it open cannot hold a draining server.
+        await ws.close(message=b"session closed")
 
 
 class _Link:
