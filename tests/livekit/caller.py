@@ -15,8 +15,6 @@ from tests.webrtc.client_peer import wait_for
 #: Frames (10 ms each) a caller keeps listening after the agent says it stopped speaking: the
 #: last of its reply is still on its way through the SFU (decode, jitter buffer, re-encode).
 TAIL_FRAMES = 60
-#: How far (10 ms frames) a state change may overtake the transcript sent before it.
-TAIL_SLACK_FRAMES = 5
 
 
 @dataclass
@@ -30,6 +28,16 @@ class Transcript:
     @property
     def final(self) -> bool:
         return self.attributes.get("lk.transcription_final") == "true"
+
+
+@dataclass
+class Reply:
+    #: The agent's final transcript of it (``lk.transcription`` in this caller's room).
+    transcript: str
+    #: What this caller heard, as Whisper transcribes it.
+    heard: str
+    #: Loud 10 ms frames this caller received from its words to the reply's end.
+    loud_frames: int
 
 
 class LiveKitCaller:
@@ -104,21 +112,30 @@ class LiveKitCaller:
         return None
 
     async def say_and_hear(self, text: str, timeout: float = 60) -> str:
-        """Say ``text`` and return what this caller heard of the reply, as Whisper transcribes it.
+        """Say ``text`` and return what this caller heard of the reply, as Whisper transcribes it."""
+        return (await self.say_and_listen(text, timeout)).heard
 
-        Waits on the agent's own signals: its final transcript (the reply is fully generated), then
-        ``lk.agent.state`` back at listening after it (the playout ran dry with nothing left to come:
-        the room sends the state after the transcript), then the frames still on their way."""
+    async def say_and_listen(self, text: str, timeout: float = 60) -> Reply:
+        """Say ``text``; the agent's reply as this caller got it: its transcript and its audio.
+
+        Waits on the agent's own signals: its final transcript (all of the reply has reached the
+        worker's playout), then ``lk.agent.state`` at listening after speaking (the playout ran
+        dry), then the frames still on their way; a state change meanwhile (one that was in
+        flight on the signalling path) starts that wait again."""
         start, replies = len(self.received), len(self.agent_replies())
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
         await wait_for(lambda: len(self.agent_replies()) > replies, timeout, "the agent's reply")
-        generated_at = self.agent_replies()[replies].at_frame
-        # Sent after the transcript, the state may still overtake it by a few frames on another path.
-        await wait_for(lambda: (self.listening_after_speaking(start) or -1) >= generated_at - TAIL_SLACK_FRAMES,
-                       timeout, "the agent to finish speaking")
-        stopped = self.listening_after_speaking(start)
-        await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES, timeout, "the reply's last frames")
-        return transcribe(np.concatenate(self.received[start:]), 48000)
+        while True:
+            try:
+                await wait_for(lambda: self.listening_after_speaking(start) is not None, timeout,
+                               "the agent to finish speaking")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: states {self.state_log}") from None
+            stopped = self.listening_after_speaking(start)
+            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES, timeout, "the reply's last frames")
+            if self.listening_after_speaking(start) == stopped:
+                audio = np.concatenate(self.received[start:])
+                return Reply(self.agent_replies()[replies].text, transcribe(audio, 48000), self.loud_frames(start))
 
     def loud_frames(self, since: int = 0, threshold: float = 0.02) -> int:
         return sum(float(np.sqrt(np.mean(f**2))) > threshold for f in self.received[since:])

@@ -347,7 +347,8 @@ class CallAudioPath:
                 self._set_state("speaking")
             elif isinstance(progress, ResponsePlayed):
                 self._ack(progress.response_id)
-        if self.state == "speaking" and not self.playout.playing:
+        # Listening once the reply has played out, not in a gap while more of it is still coming.
+        if self.state == "speaking" and not self.playout.playing and not self._output_resamplers:
             self._set_state("listening")
         if self.playout.underruns > self._underruns_seen:
             PLAYOUT_UNDERRUNS.inc(self.playout.underruns - self._underruns_seen)
