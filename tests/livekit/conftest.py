@@ -119,6 +119,14 @@ class ServeProcess(AgentProcess):
         except aiohttp.ClientError:
             return None
 
+    async def until_sessions(self, count: int, timeout: float = 60.0) -> None:
+        """Wait until this server's own /healthz counts ``count`` live sessions."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while ((await self.health()) or {}).get("sessions") != count:
+            assert loop.time() < deadline, f"serve never had {count} session(s): {await self.health()}"
+            await asyncio.sleep(0.1)
+
     async def ready(self, timeout: float = 90.0) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
