@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 
@@ -33,6 +34,8 @@ from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 log = logging.getLogger("duplex_agent.livekit")
 #: How long calls closed at the drain deadline get to say goodbye and leave their rooms.
 _CLOSE_CALLS_TIMEOUT_S = 10.0
+#: How long closing the agent server (and with it every job thread) may take after the drain.
+_ACLOSE_TIMEOUT_S = 30.0
 
 
 class CredentialsError(ValueError):
@@ -155,7 +158,14 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
         await server.drain(timeout=settings.drain_timeout)
     except TimeoutError:
         await calls.close_all("shutdown")
-    await server.aclose()
+    try:
+        await asyncio.wait_for(server.aclose(), _ACLOSE_TIMEOUT_S)
+    except TimeoutError:
+        # A job thread that never ends (livekit.rtc can lose a room's disconnect callback) would
+        # keep the process alive for good: say so and leave with a failure status instead.
+        log.error("a job did not end within %g s of closing the worker; exiting without it", _ACLOSE_TIMEOUT_S)
+        logging.shutdown()
+        os._exit(1)
 
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
