@@ -18,10 +18,12 @@ def build_backend(settings: Settings) -> DuplexBackend:
         from pathlib import Path
 
         from duplex_agent.agent.remote.backend import RemoteBackend
+        from duplex_agent.agent.remote.conversation import RemoteOptions
 
         session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
         return RemoteBackend(settings.backend, model=settings.backend_model, api_key=settings.backend_api_key,
-                             max_sessions=settings.max_sessions, session=session)
+                             max_sessions=settings.max_sessions, session=session,
+                             options=RemoteOptions(stall_timeout_s=settings.backend_stall_timeout))
     from duplex_agent.agent.models.end_of_turn import EndOfTurnModel
     from duplex_agent.agent.models.vad import SileroVadModel
     from duplex_agent.agent.session.local_backend import LocalBackend

@@ -2,25 +2,40 @@
 
 Built on livekit-agents' ``AgentServer``: it registers with the LiveKit server
 under an agent name (explicit dispatch), takes jobs, and reports its load as
-its own session count against its capacity, so a full worker is not
-dispatched to. Jobs run as threads of this process (each with its own event loop), so the
-models load once and every room shares them and one session count; each job
-serves its room's callers through ``webrtc.livekit_room.LiveKitRoomCall``.
+the share of its session slots in use -- its live jobs, or fewer free sessions
+on a remote backend that says it is (nearly) full -- so a full worker is not
+dispatched to. Jobs run as threads of this process (each with its own event
+loop), so the models load once and every room shares them; each job serves
+its room's callers through ``webrtc.livekit.room.LiveKitRoomCall``.
+
+Shutdown follows livekit-agents' own CLI: the first SIGTERM or SIGINT calls
+``AgentServer.drain`` (the server is told the worker is full; job offers are
+refused) and asks every call to finish after its current caller; live calls go
+on up to ``drain_timeout``, then close with reason ``shutdown`` and leave their
+rooms; ``AgentServer.aclose`` follows and the process exits 0. A second signal
+exits at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
+import threading
 
 from livekit import agents
 
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 
 log = logging.getLogger("duplex_agent.livekit")
+#: How long calls closed at the drain deadline get to say goodbye and leave their rooms.
+_CLOSE_CALLS_TIMEOUT_S = 10.0
+#: How long closing the agent server (and with it every job thread) may take after the drain.
+_ACLOSE_TIMEOUT_S = 30.0
 
 
 class CredentialsError(ValueError):
@@ -38,23 +53,70 @@ def check_credentials(settings: Settings) -> None:
         raise CredentialsError(f"LIVEKIT_URL must be a ws:// or wss:// URL, got {settings.livekit_url!r}")
 
 
-def build_agent_server(settings: Settings, backend: DuplexBackend, *, dev: bool) -> agents.AgentServer:
+class LiveCalls:
+    """The room calls this process runs, each on its job's thread and loop; read and driven from the main loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[LiveKitRoomCall, asyncio.AbstractEventLoop] = {}
+        self._draining = False
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    def add(self, call: LiveKitRoomCall) -> None:
+        """Called in the job's loop, just before ``call.run()``."""
+        with self._lock:
+            self._calls[call] = asyncio.get_running_loop()
+            if self._draining:  # offered before the drain began: serve whoever is there, then end
+                call.finish_after_current()
+
+    def remove(self, call: LiveKitRoomCall) -> None:
+        with self._lock:
+            self._calls.pop(call, None)
+
+    def finish_after_current(self) -> None:
+        with self._lock:
+            self._draining = True
+            for call, loop in self._calls.items():
+                loop.call_soon_threadsafe(call.finish_after_current)
+
+    async def close_all(self, reason: str) -> None:
+        """Close every call in its own loop and wait (bounded) for them to end."""
+        with self._lock:
+            futures = [asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call.close(reason), loop))
+                       for call, loop in self._calls.items() if loop.is_running()]
+        if futures:
+            log.warning("drain timeout: closing %d live call(s)", len(futures))
+            await asyncio.wait(futures, timeout=_CLOSE_CALLS_TIMEOUT_S)
+
+
+def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> float:
+    """The share of session slots in use: the local ones, or the remote backend's when it has fewer free."""
+    free = capacity - max(len(calls), backend.active_sessions)
+    # Only a remote backend knows how full its server is; None when it cannot tell.
+    server_free = getattr(backend, "server_free_sessions", None)
+    if server_free is not None:
+        free = min(free, server_free)
+    return min(1.0, max(0.0, 1.0 - free / capacity))
+
+
+def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCalls, *,
+                       dev: bool) -> agents.AgentServer:
     capacity = settings.max_sessions
-
-    def load() -> float:
-        return min(1.0, backend.active_sessions / capacity)
-
     server = agents.AgentServer(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,
         api_secret=settings.livekit_api_secret,
         job_executor_type=agents.JobExecutorType.THREAD,
-        load_fnc=load,
+        load_fnc=lambda: worker_load(backend, calls, capacity),
         load_threshold=1.0,  # full exactly when every session slot is taken
         # livekit-agents charges a job accepted but not yet running load_threshold / idle
         # runners: with one runner per slot that is one session, so calls arriving
         # together are all taken while slots remain.
         num_idle_processes=capacity,
+        drain_timeout=int(settings.drain_timeout),
         port=0,
         log_level="DEBUG" if dev else settings.log_level.upper(),
     )
@@ -63,20 +125,59 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, *, dev: bool)
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
         call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
         log.info("job %s: room %s", ctx.job.id, ctx.room.name)
-        await call.run()
+        calls.add(call)
+        try:
+            await call.run()
+        finally:
+            calls.remove(call)
         log.info("job %s ends after %d session(s)", ctx.job.id, call.sessions_served)
-        ctx.shutdown("room closed")
+        ctx.shutdown("room closed")  # the framework leaves the room
 
     server.rtc_session(entrypoint, agent_name=settings.agent_name)
     return server
+
+
+def _start_livekit_ffi() -> None:
+    """Create livekit.rtc's native client now, on the main thread, before any job runs.
+
+    The SDK creates it lazily and unguarded: two job threads that touch it first at the
+    same moment each make one, and the rooms of one never hear from it (a connect stalls
+    until the native side panics and SIGTERMs the process; a disconnect never returns).
+    """
+    from livekit.rtc._ffi_client import FfiClient
+
+    assert FfiClient.instance is not None
+
+
+async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Settings, signal_name: str) -> None:
+    """livekit-agents' drain (no new jobs, the server told we are full), live calls finishing, then closed."""
+    log.warning("%s: draining; live calls have up to %g s (a second signal exits at once)",
+                signal_name, settings.drain_timeout)
+    calls.finish_after_current()
+    try:
+        await server.drain(timeout=settings.drain_timeout)
+    except TimeoutError:
+        await calls.close_all("shutdown")
+    try:
+        await asyncio.wait_for(server.aclose(), _ACLOSE_TIMEOUT_S)
+    except TimeoutError:
+        # A job thread that never ends (livekit.rtc can lose a room's disconnect callback) would
+        # keep the process alive for good: say so and leave with a failure status instead.
+        log.error("a job did not end within %g s of closing the worker; exiting without it", _ACLOSE_TIMEOUT_S)
+        logging.shutdown()
+        os._exit(1)
 
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
     from duplex_agent.agent.app.bootstrap import start_backend
     from duplex_agent.agent.app.server import build_app, start_http
 
+    signals = ShutdownSignals()
+    signals.install()
+    _start_livekit_ffi()
     backend = await start_backend(settings)
-    server = build_agent_server(settings, backend, dev=dev)
+    calls = LiveCalls()
+    server = build_agent_server(settings, backend, calls, dev=dev)
     page = None
     if dev:  # the page too, minting room tokens with this worker's credentials
         page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
@@ -84,15 +185,24 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
               flush=True)
     print(f"duplex-agent: registering with {settings.livekit_url} as agent {settings.agent_name!r} "
           f"(capacity {settings.max_sessions} sessions)", flush=True)
+    running = asyncio.create_task(server.run(devmode=dev), name="livekit-agent-server")
+    stop = asyncio.create_task(signals.requested.wait(), name="shutdown-signal")
     try:
-        await server.run(devmode=dev)
+        await asyncio.wait({running, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done():
+            await _drain(server, calls, settings, signals.signal_name)
+        await running  # returns once aclose() has run; raises when the SDK gave up
     finally:
+        stop.cancel()
+        await server.aclose()  # a no-op after a drain
+        await backend.close()
         if page is not None:
             await page.cleanup()
+    log.info("the LiveKit worker has stopped")
 
 
 def run_worker(settings: Settings, *, dev: bool) -> int:
-    """Register and serve until interrupted; a clear message and exit 2 on bad configuration."""
+    """Register and serve until a signal drains it; a clear message and exit 2 on bad configuration."""
     try:
         check_credentials(settings)
     except CredentialsError as exc:
@@ -100,8 +210,6 @@ def run_worker(settings: Settings, *, dev: bool) -> int:
         return 2
     try:
         asyncio.run(_serve(settings, dev=dev))
-    except KeyboardInterrupt:
-        pass
     except Exception as exc:  # the SDK gave up after its retries
         print(f"duplex-agent: the LiveKit worker stopped: {exc}", file=sys.stderr)
         return 1

@@ -45,6 +45,8 @@ class Settings:
     backend_api_key: str = _secret()
     #: A JSON file of session fields every remote session opens with (e.g. MiniCPM-o's ``ref_audio``).
     backend_session: str = ""
+    #: Seconds without a server event while a reply plays before the reply is cancelled as stalled.
+    backend_stall_timeout: float = 3.0
     max_sessions: int = 4
     #: Seconds a realtime session outlives its dropped websocket, waiting for session.resume (0: no resume).
     resume_grace_s: float = 30.0

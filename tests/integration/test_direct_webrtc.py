@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
 from devtools.speech import speak, transcribe, words
@@ -16,15 +14,24 @@ LONG = ("I would like to hear about the weather in the mountains this weekend an
         "the trails are open for hiking with my family and our two dogs.")
 
 
-async def _until_quiet(peer: ClientPeer, quiet_s: float = 0.6, timeout: float = 30) -> None:
-    """Wait until the agent's audio has been silent for ``quiet_s`` (the reply played out)."""
-    frames = int(quiet_s / 0.02)
+#: Frames (20 ms) the caller keeps listening after the agent said its reply played out: the
+#: last of it is still on its way (RTP, jitter buffer).
+TAIL_FRAMES = 30
 
-    def quiet() -> bool:
-        tail = peer.received[-frames:]
-        return len(tail) == frames and all(float(np.sqrt(np.mean(f**2))) < 0.01 for f in tail)
 
-    await wait_for(quiet, timeout, "the reply to finish playing")
+async def _until_played(peer: ClientPeer, since: int, timeout: float = 60) -> None:
+    """Wait on the server's playout record: ``agent.state`` back at listening after speaking (the
+    worker's playout queue ran dry with none of the reply still to come), then the tail frames."""
+
+    def played_at() -> int | None:
+        states = [(m["state"], i) for i, m in enumerate(peer.messages[since:]) if m.get("type") == "agent.state"]
+        if states and states[-1][0] == "listening" and any(state == "speaking" for state, _ in states):
+            return len(peer.received)
+        return None
+
+    await wait_for(lambda: played_at() is not None, timeout, "the reply to play out")
+    heard = len(peer.received)
+    await wait_for(lambda: len(peer.received) >= heard + TAIL_FRAMES, timeout, "the reply's last frames")
 
 
 def _done(peer: ClientPeer, status: str) -> list[dict]:
@@ -38,10 +45,11 @@ async def test_caller_hears_a_spoken_reply(reference_worker):
     try:
         await peer.connect(http)
         await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
-        await asyncio.sleep(0.5)
+        await wait_for(lambda: peer.received, 30, "the agent's track to flow")
+        since = len(peer.messages)
         mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1500))
-        await wait_for(lambda: _done(peer, "completed"), 30, "the reply")
-        await _until_quiet(peer)
+        await wait_for(lambda: _done(peer, "completed"), 60, "the reply")
+        await _until_played(peer, since)
         heard = np.concatenate(peer.received)
         said = words(transcribe(heard, 48000))
         assert "you" in said and "said" in said and "table" in said, said

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 from livekit import rtc
 
+from devtools.speech import speak, transcribe
 from tests.integration.conftest import Microphone
+from tests.webrtc.client_peer import wait_for
+
+#: Frames (10 ms each) a caller keeps listening after the agent says it stopped speaking: the
+#: last of its reply is still on its way through the SFU (decode, jitter buffer, re-encode).
+TAIL_FRAMES = 60
 
 
 @dataclass
@@ -24,6 +30,16 @@ class Transcript:
         return self.attributes.get("lk.transcription_final") == "true"
 
 
+@dataclass
+class Reply:
+    #: The agent's final transcript of it (``lk.transcription`` in this caller's room).
+    transcript: str
+    #: What this caller heard, as Whisper transcribes it.
+    heard: str
+    #: Loud 10 ms frames this caller received from its words to the reply's end.
+    loud_frames: int
+
+
 class LiveKitCaller:
     def __init__(self, url: str, token: str) -> None:
         self.url = url
@@ -34,9 +50,13 @@ class LiveKitCaller:
         self.received: list[np.ndarray] = []
         self.transcripts: list[Transcript] = []
         self.agent_states: list[str] = []
+        #: (state, frames received when it arrived)
+        self.state_log: list[tuple[str, int]] = []
+        self.agent_left = False
         self._tasks: list[asyncio.Task] = []
         self.room.on("track_subscribed", self._on_track)
         self.room.on("participant_attributes_changed", self._on_attributes)
+        self.room.on("participant_disconnected", self._on_participant_left)
         self.room.register_text_stream_handler("lk.transcription", self._on_text_stream)
 
     async def join(self, *, publish: bool = True) -> None:
@@ -66,6 +86,11 @@ class LiveKitCaller:
     def _on_attributes(self, changed: dict[str, str], participant) -> None:
         if "lk.agent.state" in changed:
             self.agent_states.append(changed["lk.agent.state"])
+            self.state_log.append((changed["lk.agent.state"], len(self.received)))
+
+    def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
+        if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+            self.agent_left = True
 
     def _on_text_stream(self, reader: rtc.TextStreamReader, sender: str) -> None:
         at_frame = len(self.received)
@@ -75,6 +100,42 @@ class LiveKitCaller:
             self.transcripts.append(Transcript(sender, text, dict(reader.info.attributes or {}), at_frame))
 
         self._tasks.append(asyncio.create_task(read()))
+
+    def agent_replies(self) -> list[Transcript]:
+        return [t for t in self.transcripts if t.final and t.sender.startswith("agent-")]
+
+    def listening_after_speaking(self, frame: int) -> int | None:
+        """When the agent is listening now, having spoken since ``frame``: the frame count at which it went quiet."""
+        states = [(state, at) for state, at in self.state_log if at >= frame]
+        if states and states[-1][0] == "listening" and any(state == "speaking" for state, _ in states):
+            return states[-1][1]
+        return None
+
+    async def say_and_hear(self, text: str, timeout: float = 60) -> str:
+        """Say ``text`` and return what this caller heard of the reply, as Whisper transcribes it."""
+        return (await self.say_and_listen(text, timeout)).heard
+
+    async def say_and_listen(self, text: str, timeout: float = 60) -> Reply:
+        """Say ``text``; the agent's reply as this caller got it: its transcript and its audio.
+
+        Waits on the agent's own signals: its final transcript (all of the reply has reached the
+        worker's playout), then ``lk.agent.state`` at listening after speaking (the playout ran
+        dry), then the frames still on their way; a state change meanwhile (one that was in
+        flight on the signalling path) starts that wait again."""
+        start, replies = len(self.received), len(self.agent_replies())
+        self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
+        await wait_for(lambda: len(self.agent_replies()) > replies, timeout, "the agent's reply")
+        while True:
+            try:
+                await wait_for(lambda: self.listening_after_speaking(start) is not None, timeout,
+                               "the agent to finish speaking")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: states {self.state_log}") from None
+            stopped = self.listening_after_speaking(start)
+            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES, timeout, "the reply's last frames")
+            if self.listening_after_speaking(start) == stopped:
+                audio = np.concatenate(self.received[start:])
+                return Reply(self.agent_replies()[replies].text, transcribe(audio, 48000), self.loud_frames(start))
 
     def loud_frames(self, since: int = 0, threshold: float = 0.02) -> int:
         return sum(float(np.sqrt(np.mean(f**2))) > threshold for f in self.received[since:])

@@ -7,7 +7,7 @@ import numpy as np
 import soxr
 from livekit.protocol import agent as agent_pb
 
-from devtools.speech import speak, transcribe, words
+from devtools.speech import speak, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
 from tests.webrtc.client_peer import wait_for
@@ -25,22 +25,6 @@ def _agent_identity(livekit_server, room: str) -> str | None:
     return None
 
 
-async def _until_quiet(caller: LiveKitCaller, since: int, quiet_s: float = 0.8, timeout: float = 30) -> None:
-    """Wait until the agent has spoken since frame ``since`` and then gone quiet."""
-    frames = int(quiet_s / 0.01)  # the SDK delivers 10 ms frames
-    await wait_for(lambda: caller.loud_frames(since) > 0, timeout, "the agent to speak")
-
-    def quiet() -> bool:
-        tail = caller.received[-frames:]
-        return len(tail) == frames and all(float(np.sqrt(np.mean(f**2))) < 0.01 for f in tail)
-
-    await wait_for(quiet, timeout, "the agent to stop talking")
-
-
-def _agent_audio(caller: LiveKitCaller, since: int = 0) -> np.ndarray:
-    return np.concatenate(caller.received[since:]) if caller.received[since:] else np.zeros(0, np.float32)
-
-
 async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worker):
     worker = await ready_worker()
     room = "call-1"
@@ -53,11 +37,7 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     agent = _agent_identity(livekit_server, room)
 
     # One exchange: the caller's words and the agent's spoken echo.
-    start = len(caller.received)
-    caller.mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1200))
-    await wait_for(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's transcript")
-    await _until_quiet(caller, start)
-    said = words(transcribe(_agent_audio(caller, start), 48000))
+    said = words(await caller.say_and_hear(QUESTION))
     assert {"you", "said", "table"} <= set(said), said
     user = [t for t in caller.transcripts if t.sender == "alice"]
     assert user and user[0].final and "table" in words(user[0].text)

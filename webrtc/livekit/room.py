@@ -7,6 +7,11 @@ audio track fed from the shared ``CallAudioPath`` playout, with a short
 AudioSource queue that is emptied at once on barge-in. Transcripts of both
 sides go out on ``lk.transcription`` text streams; the agent's state is the
 ``lk.agent.state`` attribute; SIP DTMF digits reach the session.
+
+A draining worker asks each call to ``finish_after_current()`` (the live
+conversation goes on; no next caller is taken) and, at its drain deadline,
+to ``close("shutdown")``. Room writes go through a bounded queue: a room
+that stops taking them loses the newest, never grows the worker.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ SOURCE_QUEUE_MS = 60
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
+#: Room writes (attributes, transcript streams) waiting for a room that is slow to take them.
+MAX_QUEUED_ROOM_WRITES = 256
 CALLER_KINDS = (rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_SIP)
 
 
@@ -74,9 +81,14 @@ class LiveKitRoomCall:
         self.path: CallAudioPath | None = None
         self.sessions_served = 0
         self._caller_changed = asyncio.Event()
+        #: Set when the room closes or the call is closed; ``_end_reason`` says which.
         self._room_closed = asyncio.Event()
+        self._end_reason = "room_closed"
+        self._finishing = False  # draining: end after the current caller, take no next one
+        self._finished = asyncio.Event()  # ``run`` has ended its call and returned
         #: Room writes (attributes, transcript streams) happen one after another, in order.
-        self._room_writes: asyncio.Queue[Callable[[], Awaitable[Any]]] = asyncio.Queue()
+        self._room_writes: asyncio.Queue[Callable[[], Awaitable[Any]]] = asyncio.Queue(MAX_QUEUED_ROOM_WRITES)
+        self.dropped_room_writes = 0
         self._writer_task: asyncio.Task[None] | None = None
         self._call_tasks: list[asyncio.Task[Any]] = []
         self._agent_segment: tuple[str, rtc.TextStreamWriter] | None = None
@@ -97,17 +109,30 @@ class LiveKitRoomCall:
         self.room.on("disconnected", lambda *_: self._room_closed.set())
         self._set_state("listening")
         try:
-            while not self._room_closed.is_set():
+            while not self._room_closed.is_set() and not self._finishing:
                 caller = self._choose_caller()
                 if caller is None:
                     await self._wait(self._caller_changed)
                     continue
                 await self._serve(caller)
         finally:
-            await self._end_call("room_closed")
+            await self._end_call(self._end_reason)
             if self._writer_task is not None:
                 self._writer_task.cancel()
                 await asyncio.gather(self._writer_task, return_exceptions=True)
+            self._finished.set()
+
+    def finish_after_current(self) -> None:
+        """Let the live conversation go on until its caller leaves; then end, taking no next caller."""
+        self._finishing = True
+        self._caller_changed.set()
+
+    async def close(self, reason: str) -> None:
+        """End the call now: its conversation closes with ``reason``; returns once ``run`` has."""
+        if not self._room_closed.is_set():
+            self._end_reason = reason
+            self._room_closed.set()
+        await self._finished.wait()
 
     async def _wait(self, event: asyncio.Event) -> None:
         event.clear()
@@ -157,7 +182,8 @@ class LiveKitRoomCall:
         await self._wait(self._caller_changed)
         while not self._room_closed.is_set() and self._caller_present():
             await self._wait(self._caller_changed)
-        await self._end_call("caller_left")
+        if not self._room_closed.is_set():
+            await self._end_call("caller_left")
 
     def _caller_present(self) -> bool:
         caller = self.caller
@@ -180,6 +206,7 @@ class LiveKitRoomCall:
             self.path = None
         if self.conversation is not None:
             await self.conversation.close(reason)
+            log.info("session %s closed (%s)", self.conversation.session_id, reason)
             self.conversation = None
         self._later(self._close_agent_segment)
         self.caller = None
@@ -240,6 +267,8 @@ class LiveKitRoomCall:
             self._later(lambda: self._agent_transcript(event.response_id, None, final=event.transcript))
         elif isinstance(event, p.ResponseDone) and event.status != "completed":
             self._later(self._close_agent_segment)
+        elif isinstance(event, p.ErrorEvent):
+            log.warning("session error %s: %s", event.code, event.error.get("message"))
         elif isinstance(event, p.DtmfReceived):
             log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
 
@@ -288,7 +317,12 @@ class LiveKitRoomCall:
             await writer.aclose()
 
     def _later(self, write: Callable[[], Awaitable[Any]]) -> None:
-        self._room_writes.put_nowait(write)
+        try:
+            self._room_writes.put_nowait(write)
+        except asyncio.QueueFull:
+            self.dropped_room_writes += 1
+            if self.dropped_room_writes == 1:
+                log.warning("the room is not taking writes; dropping transcript and state updates")
 
     async def _write_to_room(self) -> None:
         while True:

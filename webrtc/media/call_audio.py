@@ -381,10 +381,12 @@ class CallAudioPath:
                     self.figures.record("turn_ms", ms)
                     TURN_LATENCY_MS.observe(ms)
                     logger.debug("turn_ms: reply heard %.1f ms after the end of the caller's speech", ms)
+            if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
                 self._set_state("speaking")
             elif isinstance(progress, PlaybackFinished):
                 self._ack(progress.response_id)
-        if self.state == "speaking" and not self.playout.playing:
+        # Listening once the reply has played out, not in a gap while more of it is still coming.
+        if self.state == "speaking" and not self.playout.playing and not self._output_resamplers:
             self._set_state("listening")
         if self.playout.underruns > self._underruns_seen:
             PLAYOUT_UNDERRUNS.inc(self.playout.underruns - self._underruns_seen)
