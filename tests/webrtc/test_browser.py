@@ -48,9 +48,11 @@ async def test_page_connects_and_shows_the_agent_speaking(page_server, speech_wa
         await asyncio.to_thread(browser.click, "connect")  # disconnect
         await asyncio.to_thread(browser.wait_for_text, "connect", "Connect", 5)
         await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        # The page hung up on purpose: the conversation ends (it is not parked for a resume).
+        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to end")
+        assert backend.conversations[0].closed_reason == "client_close"
     finally:
         await asyncio.to_thread(browser.close)
-    assert backend.conversations[0].closed_reason is not None
 
 
 async def test_refused_microphone_gets_a_clear_message(page_server):
