@@ -32,12 +32,29 @@ async def _call(policy: str):
     return backend, conversation, path, events
 
 
-async def _pace(path: CallAudioPath, mic: np.ndarray, heard: list[np.ndarray]) -> None:
-    """The transport's 20 ms pacing: one caller frame in, one agent frame out, on the loop's clock."""
+class Mic:
+    """What the caller says next; silence when it has nothing to say."""
+
+    def __init__(self) -> None:
+        self.pending = np.zeros(0, np.float32)
+        self.spoke = False
+
+    def say(self, audio: np.ndarray) -> None:
+        self.pending = np.concatenate([self.pending, audio])
+        self.spoke = True
+
+    def frame(self) -> np.ndarray:
+        frame, self.pending = self.pending[:960], self.pending[960:]
+        return np.pad(frame, (0, 960 - frame.size))
+
+
+async def _pace(path: CallAudioPath, mic: Mic, heard: list[np.ndarray]) -> None:
+    """The transport's 20 ms pacing: one caller frame in, one agent frame out, on the loop's clock,
+    until the caller has said what it had to say."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    for index in range(0, mic.size, 960):
-        path.push_caller_frame(mic[index:index + 960], 48000)
+    while not (mic.spoke and mic.pending.size == 0):
+        path.push_caller_frame(mic.frame(), 48000)
         heard.append(path.next_frame())
         await asyncio.sleep(max(0.0, start + (len(heard)) * 0.02 - loop.time()))  # pacing, not waiting
 
@@ -47,10 +64,12 @@ async def test_caller_speech_over_moshi_clears_playout_only_under_barge_in(polic
     backend, conversation, path, events = await _call(policy)
     heard: list[np.ndarray] = []
     speech = speak("Hold on, wait a moment please.", 48000, after_ms=600)
-    # Two seconds of a silent caller (the tiny Moshi talks regardless), then the caller speaks.
-    mic = np.concatenate([np.zeros(48000 * 2, np.float32), speech])
+    # A silent caller until the agent is heard (the tiny Moshi talks regardless), then the caller speaks.
+    mic = Mic()
     pacing = asyncio.create_task(_pace(path, mic, heard))
     try:
+        await wait_for(lambda: path.playout.playing or pacing.done(), 60, "the agent to talk")
+        mic.say(speech)
         at_onset: dict[str, object] = {}
 
         def speech_heard() -> bool:
