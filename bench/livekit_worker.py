@@ -15,14 +15,14 @@ import asyncio
 import logging
 
 from duplex_agent.agent.app.bootstrap import start_backend
-from duplex_agent.agent.app.livekit_worker import build_agent_server
+from duplex_agent.agent.app.livekit_worker import LiveCalls, build_agent_server
 from duplex_agent.agent.app.server import build_app, start_http
 from duplex_agent.agent.app.settings import Settings
 
 
 async def serve(settings: Settings, metrics_port: int) -> None:
     backend = await start_backend(settings)
-    server = build_agent_server(settings, backend, dev=False)
+    server = build_agent_server(settings, backend, LiveCalls(), dev=False)
     http = await start_http(build_app(backend, settings, with_webrtc=False), "127.0.0.1", metrics_port)
     print(f"bench livekit worker: /metrics on http://127.0.0.1:{metrics_port}", flush=True)
     try:
