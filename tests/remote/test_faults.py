@@ -270,7 +270,10 @@ async def test_a_stall_mid_reply_cancels_it_here_and_no_old_audio_bursts_out_aft
     assert not any(path.next_frame().any() for _ in range(20))
     await path.close()
     await conversation.close()
-    await asyncio.sleep(0.05)
+    for _ in range(500):  # the fake server's handler records what it read once the socket ends
+        if {"type": "response.cancel", "response_id": "r1"} in getattr(handler, "received", []):
+            break
+        await asyncio.sleep(0.01)
     assert {"type": "response.cancel", "response_id": "r1"} in handler.received
 
 
