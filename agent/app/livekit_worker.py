@@ -181,8 +181,9 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
     page = None
     if dev:  # the page too, minting room tokens with this worker's credentials
         page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
-        print(f"duplex-agent: the page is on http://{settings.host}:{settings.port}/ (LiveKit mode mints dev tokens)",
-              flush=True)
+        scheme = "https" if settings.tls_enabled else "http"
+        print(f"duplex-agent: the page is on {scheme}://{settings.host}:{settings.port}/ "
+              "(LiveKit mode mints dev tokens)", flush=True)
     print(f"duplex-agent: registering with {settings.livekit_url} as agent {settings.agent_name!r} "
           f"(capacity {settings.max_sessions} sessions)", flush=True)
     running = asyncio.create_task(server.run(devmode=dev), name="livekit-agent-server")
