@@ -102,7 +102,9 @@ class LiveKitCaller:
         self._tasks.append(asyncio.create_task(read()))
 
     def agent_replies(self) -> list[Transcript]:
-        return [t for t in self.transcripts if t.final and t.sender.startswith("agent-")]
+        """The agent's final transcripts that say something (a reply cut short before any of it was
+        heard gets an empty final, which may arrive after the next question was asked)."""
+        return [t for t in self.transcripts if t.final and t.sender.startswith("agent-") and t.text.strip()]
 
     def listening_after_speaking(self, frame: int) -> int | None:
         """When the agent is listening now, having spoken since ``frame``: the frame count at which it went quiet."""
