@@ -124,12 +124,14 @@ async def test_openai_cancel_closes_stream():
     try:
         stream = OpenAIResponder(base_url, "m").respond([], "talk forever")
 
+        streaming = asyncio.Event()
+
         async def consume() -> None:
             async for _ in stream:
-                pass
+                streaming.set()
 
         task = asyncio.create_task(consume())
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(streaming.wait(), 10)  # words are arriving: the stream is open
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
