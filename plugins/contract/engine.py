@@ -9,6 +9,7 @@ all fit this shape.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ class DuplexEngine(ABC):
 
     async def close(self) -> None:
         """Release the engine's resources."""
+
+
+async def read_stage_outputs(queue: asyncio.Queue[StageOutput | None]) -> AsyncIterator[StageOutput]:
+    """An engine's per-request output queue as a stream: up to a finished output, or None (aborted)."""
+    while (item := await queue.get()) is not None:
+        yield item
+        if item.finished:
+            return
 
 
 def request_session_id(request_id: str) -> str:

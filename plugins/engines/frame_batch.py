@@ -30,7 +30,13 @@ from typing import Protocol
 import numpy as np
 
 from duplex_agent.plugins.contract import DuplexAppendPlan
-from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError, StageOutput, request_session_id
+from duplex_agent.plugins.contract.engine import (
+    DuplexEngine,
+    EngineSubmitError,
+    StageOutput,
+    read_stage_outputs,
+    request_session_id,
+)
 
 log = logging.getLogger("duplex_agent.frame_batch")
 
@@ -156,13 +162,8 @@ class FrameBatchEngine(DuplexEngine):
         if request is None:
             return
         try:
-            while True:
-                item = await request.outputs.get()
-                if item is None:
-                    return
+            async for item in read_stage_outputs(request.outputs):
                 yield item
-                if item.finished:
-                    return
         finally:
             with self._lock:
                 if self._requests.get(request.request_id) is request:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from duplex_agent.plugins.contract import DuplexAppendPlan
-from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError, StageOutput
+from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError, StageOutput, read_stage_outputs
 
 T = TypeVar("T")
 _END = object()
@@ -128,13 +128,8 @@ class InProcessEngine(DuplexEngine):
         if request is None:
             return
         try:
-            while True:
-                item = await request.outputs.get()
-                if item is None:
-                    return
+            async for item in read_stage_outputs(request.outputs):
                 yield item
-                if item.finished:
-                    return
         finally:
             with self._lock:
                 if self._requests.get(request_id) is request:
