@@ -26,6 +26,10 @@ logger = logging.getLogger("duplex_agent.models")
 _CONTEXT_MARGIN_FRAMES = 100
 _WINDOW_FRAMES = 3000
 _MAX_TOKENS = 128
+# Tokens allowed per second of audio, plus a floor: fast speech is about 5 a second, and a
+# decoder stuck in a loop stops early instead of filling _MAX_TOKENS.
+_TOKENS_PER_S = 8
+_MIN_TOKENS = 16
 # Whisper's defaults for dropping a window as silence.
 _NO_SPEECH_PROB = 0.6
 _LOW_LOGPROB = -1.0
@@ -106,12 +110,32 @@ class WhisperRecognizer(SharedModel):
         """
         frames = features.shape[1] + _CONTEXT_MARGIN_FRAMES
         padded = np.pad(features, ((0, 0), (0, frames - features.shape[1])))
+        max_length = min(_MAX_TOKENS, _MIN_TOKENS + int(_TOKENS_PER_S * features.shape[1] / 100))
         result = self._model.model.generate(
-            self._model.encode(padded), [self._prompt], beam_size=1, max_length=_MAX_TOKENS,
+            self._model.encode(padded), [self._prompt], beam_size=1, max_length=max_length,
             suppress_blank=True, suppress_tokens=[-1], return_scores=True, return_no_speech_prob=True,
         )[0]
         tokens = result.sequences_ids[0]
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _LOW_LOGPROB:
             return ""
-        return self._tokenizer.decode(tokens).strip()
+        return self._tokenizer.decode(without_loop(tokens)).strip()
+
+
+def without_loop(tokens: list[int]) -> list[int]:
+    """``tokens`` with a decoding loop cut off: Whisper on short audio often says the
+    utterance again (or a token, many times). The first copy is kept.
+
+    A loop is a tail repeating one block, a trailing part-copy allowed: one and a half
+    copies of a block of five tokens or more, two of three or four, four of a shorter
+    one (so "bye bye" and "New York, New York" stay).
+    """
+    n = len(tokens)
+    for period in range(1, int(n / 1.5) + 1):
+        start = n - period  # walk back while the tail stays periodic
+        while start > 0 and tokens[start - 1] == tokens[start - 1 + period]:
+            start -= 1
+        copies = (n - start) / period
+        if copies >= (4 if period < 3 else 2 if period < 5 else 1.5):
+            return tokens[: start + period]
+    return tokens

@@ -84,7 +84,9 @@ async def test_caller_speech_over_moshi_clears_playout_only_under_barge_in(polic
         await pacing
         cancelled = [e for e in events if isinstance(e, ResponseDone) and e.status == "cancelled"]
         if policy == "barge_in":
-            assert path.barge_ins == 1 and cancelled
+            # At least one: the edge's onset detector may hear the phrase's comma as two onsets, and the
+            # tiny Moshi talks again in between, so a second barge-in is right too.
+            assert path.barge_ins >= 1 and cancelled
             assert any(isinstance(e, OutputAudioBufferCleared) for e in events)
         else:
             assert path.barge_ins == 0 and not cancelled

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from duplex_agent.agent.models.model_errors import MissingModelError
-from duplex_agent.plugins.reference.asr import WhisperRecognizer
+from devtools.speech import espeak
+from duplex_agent.plugins.reference.asr import WhisperRecognizer, without_loop
 from duplex_agent.plugins.reference.tts import PiperSynthesizer
 from duplex_agent.plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir
 
@@ -43,6 +44,26 @@ def test_silence_and_faint_noise_transcribe_to_empty(asr):
     assert asr.transcribe(np.zeros(0, dtype=np.float32)) == ""
     noise = (np.random.default_rng(1).standard_normal(32000) * 0.002).astype(np.float32)
     assert asr.transcribe(noise) == ""
+
+
+@pytest.mark.parametrize("text", ["Can you read me the news?", "I need a taxi to the station.",
+                                  "How much does the blue jacket cost?"])
+def test_a_short_question_is_transcribed_once(asr, text):
+    """On short clips Whisper tends to say the utterance again and again (these three did,
+    in this espeak voice); the transcript holds it once."""
+    clip = np.concatenate([espeak(text, voice="en-us"), np.zeros(3200, np.float32)])
+    got = asr.transcribe(clip)
+    assert len(words(text) & words(got)) >= len(words(text)) - 2 and len(got.split()) <= len(text.split()) + 1, got
+
+
+def test_a_decoding_loop_keeps_its_first_copy_and_real_repeats_stay():
+    sentence = [1680, 345, 1100, 502, 262, 1705, 30]  # " Can you read me the news?"
+    assert without_loop(sentence + sentence[:6]) == sentence
+    assert without_loop(sentence * 3 + sentence[:2]) == sentence
+    assert without_loop([5, 6] + [9] * 8) == [5, 6, 9]  # one token, over and over
+    assert without_loop([7, 7]) == [7, 7]  # "bye bye"
+    assert without_loop([11, 12, 13, 11, 12]) == [11, 12, 13, 11, 12]  # "New York, New York"
+    assert without_loop(sentence) == sentence
 
 
 def test_stock_phrases_dropped_only_for_quiet_audio():

@@ -97,3 +97,26 @@ async def test_a_peer_that_did_not_ask_to_be_resumable_ends_its_conversation_at_
         await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
     finally:
         await http.close()
+
+
+async def test_a_hang_up_that_races_the_peer_dropping_still_ends_the_conversation(host_address):
+    """The page sends DELETE and closes its peer together: whichever the server sees first, nothing is parked."""
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address, grace_s=30)
+    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    registry = app[WEBRTC_PEERS]
+    try:
+        status, answer = await offer(client, http, resumable=True)
+        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        session = registry.sessions[answer["pc_id"]]
+        registry.finish(session, "connection_closed")  # the drop is seen first; its close has not begun yet
+        assert await registry.hang_up(answer["pc_id"])  # the DELETE's handler, in the same loop turn
+        conversation = backend.conversations[0]
+        await wait_for(lambda: conversation.closed_reason is not None, 10, "the conversation to end")
+        assert conversation.closed_reason == "client_close"
+        response = await http.delete("/api/offer", json={"pc_id": answer["pc_id"]})
+        assert response.status == 404  # nothing is left of it, parked or otherwise
+    finally:
+        await client.close()
+        await registry.close_all()
+        await http.close()

@@ -74,20 +74,22 @@ class PeerRegistry:
         try:
             await session.start()
         except BaseException:
-            await self._close(session, "start_failed")
+            self.sessions.pop(pc_id, None)
+            await session.close("start_failed")
             raise
         return session
 
     def finish(self, session: PeerSession, reason: str) -> None:
+        """Close ``session`` for ``reason``; it leaves ``sessions`` at once, so a second ending finds it closing."""
         if self.sessions.get(session.pc_id) is not session:
             return
+        del self.sessions[session.pc_id]
+        self._closing_ids.add(session.pc_id)
         task = asyncio.create_task(self._close(session, reason), name=f"peer-{session.pc_id}-close")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def _close(self, session: PeerSession, reason: str) -> None:
-        self.sessions.pop(session.pc_id, None)
-        self._closing_ids.add(session.pc_id)
         park = self.parked.is_resumable(session.pc_id) and reason not in _NOT_PARKED
         if not park:
             self.parked.forget(session.pc_id)
