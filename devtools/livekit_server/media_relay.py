@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import fractions
 import json
 import logging
 from typing import Iterable
 
+import av
 from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
+
+from duplex_agent.webrtc.direct.tracks import opus_voice_encoder
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +119,13 @@ class TrackFanout:
 
 
 class RelayedTrack(MediaStreamTrack):
-    """Outgoing track for one subscriber; its id is the LiveKit track sid."""
+    """Outgoing track for one subscriber; its id is the LiveKit track sid.
+
+    Audio goes out as Opus this track encodes itself, on the loop, mono at a voice bitrate
+    (the worker's own encoder settings): aiortc's sender would hop to a thread per frame,
+    encode stereo at 96 kb/s and compute an RTP audio level in Python, which made this
+    test server, running inside the test process, starve its own media with four calls.
+    """
 
     def __init__(self, fanout: TrackFanout, track_sid: str, queue_size: int) -> None:
         super().__init__()
@@ -123,6 +133,7 @@ class RelayedTrack(MediaStreamTrack):
         self._id = track_sid  # aiortc puts track.id into the msid line
         self._fanout = fanout
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
+        self._opus = _MonoOpus() if self.kind == "audio" else None
 
     def _push(self, frame) -> None:
         if self._queue.full():  # keep real time: drop the oldest frame
@@ -133,16 +144,57 @@ class RelayedTrack(MediaStreamTrack):
         self._queue.put_nowait(frame)
 
     async def recv(self):
-        if self.readyState != "live":
-            raise MediaStreamError
-        frame = await self._queue.get()
-        if frame is None:
-            self.stop()
-            raise MediaStreamError
-        return frame
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            frame = await self._queue.get()
+            if frame is None:
+                self.stop()
+                raise MediaStreamError
+            if self._opus is None:
+                return frame
+            packet = self._opus.encode(frame)
+            if packet is not None:
+                return packet
 
     def stop(self) -> None:
         self._fanout._unsubscribe(self)
         if self._queue.empty():
             self._queue.put_nowait(None)
         super().stop()
+
+
+class _MonoOpus:
+    """Decoded audio frames in (any channel count, 10 or 20 ms), one 20 ms mono Opus packet out per 20 ms."""
+
+    RATE = 48000
+    FRAME = 960
+
+    def __init__(self) -> None:
+        self._encoder = opus_voice_encoder()
+        self._fifo = av.AudioFifo()
+        self._time_base = fractions.Fraction(1, self.RATE)
+        self._pts = 0
+
+    def encode(self, frame: av.AudioFrame) -> av.Packet | None:
+        data = frame.to_ndarray()
+        channels = len(frame.layout.channels)
+        mono = data[:1] if frame.format.is_planar else data.reshape(1, -1)[:, ::channels]
+        if frame.sample_rate != self.RATE or mono.dtype.name != "int16":
+            return None  # aiortc's Opus decoder gives 48 kHz s16; nothing else reaches a relay
+        piece = av.AudioFrame.from_ndarray(mono.copy(), format="s16", layout="mono")
+        piece.sample_rate = self.RATE
+        piece.pts = None
+        self._fifo.write(piece)
+        whole = self._fifo.read(self.FRAME)
+        if whole is None:
+            return None
+        whole.pts = self._pts
+        packets = self._encoder.encode(whole)
+        if not packets:
+            return None
+        packet = packets[0]
+        packet.pts = self._pts
+        packet.time_base = self._time_base
+        self._pts += self.FRAME
+        return packet

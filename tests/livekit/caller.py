@@ -9,6 +9,7 @@ import numpy as np
 from livekit import rtc
 
 from devtools.speech import speak, transcribe
+from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from tests.integration.conftest import Microphone
 from tests.webrtc.client_peer import wait_for
 
@@ -46,7 +47,10 @@ class LiveKitCaller:
         self.token = token
         self.room = rtc.Room()
         self.mic = Microphone()
-        self.source = rtc.AudioSource(48000, 1, queue_size_ms=100)
+        # Audio in and out through the worker's FFI router: with the SDK's own stream and
+        # capture, each of several callers in this process wakes for every other's frames, and
+        # the test process (which also runs the loopback SFU) starves its own media.
+        self.source = AgentVoiceSource(48000, 1, queue_size_ms=100)
         self.received: list[np.ndarray] = []
         self.transcripts: list[Transcript] = []
         self.agent_states: list[str] = []
@@ -65,7 +69,7 @@ class LiveKitCaller:
             await self.publish_microphone()
 
     async def publish_microphone(self, name: str = "mic", source: rtc.TrackSource.ValueType = rtc.TrackSource.SOURCE_MICROPHONE) -> None:
-        track = rtc.LocalAudioTrack.create_audio_track(name, self.source)
+        track = rtc.LocalAudioTrack.create_audio_track(name, self.source.source)
         await self.room.local_participant.publish_track(track, rtc.TrackPublishOptions(source=source))
         self._tasks.append(asyncio.create_task(self._feed()))
 
@@ -79,9 +83,12 @@ class LiveKitCaller:
             self._tasks.append(asyncio.create_task(self._listen(track)))
 
     async def _listen(self, track: rtc.Track) -> None:
-        stream = rtc.AudioStream(track, sample_rate=48000, num_channels=1)
-        async for event in stream:
-            self.received.append(np.frombuffer(event.frame.data, np.int16).astype(np.float32) / 32768)
+        stream = CallerAudioStream(track, 48000, frame_size_ms=10)
+        try:
+            async for frame in stream:
+                self.received.append(np.frombuffer(frame.data, np.int16).astype(np.float32) / 32768)
+        finally:
+            await stream.aclose()
 
     def _on_attributes(self, changed: dict[str, str], participant) -> None:
         if "lk.agent.state" in changed:
