@@ -187,9 +187,11 @@ def scrape(port: int, *, tries: int = 3) -> Scrape | None:
 class Service:
     """A long-lived subprocess with its output in a log file; stopped with SIGINT, then SIGTERM, then SIGKILL."""
 
-    def __init__(self, name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path = REPO) -> None:
         self.name = name
         self.args = args
+        self.cwd = cwd  # "python -m" imports from here first: the checkout whose code runs
         self.log_path = log_path
         self.env = {**child_env(), **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
@@ -197,7 +199,7 @@ class Service:
 
     def start(self) -> None:
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self._log,
+        self.process = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=self._log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     @property
@@ -310,8 +312,9 @@ class Rig:
         common = ["--plugin", "scripted", "--max-sessions", capacity]
         for path in self.paths:
             port = self.ports[path] = free_port()
-            # A control worker runs another checkout's code: its venv's python imports its duplex_agent.
-            python = str(Path(self.args.control) / ".venv" / "bin" / "python") if is_control(path) else sys.executable
+            # A control worker runs another checkout's code: its venv's python, from its folder.
+            checkout = Path(self.args.control) if is_control(path) else REPO
+            python = str(checkout / ".venv" / "bin" / "python") if is_control(path) else sys.executable
             env: dict[str, str] = {}
             if kind(path) == "livekit":
                 if self.server is None:
@@ -325,7 +328,7 @@ class Rig:
             else:
                 command = [python, "-m", "bench.echo_peer", "--port", str(port), "--ice-address", host]
             service = self.workers[path] = Service(f"{path} worker", command,
-                                                   self.log_dir / f"{path.replace('@', '-')}.log", env)
+                                                   self.log_dir / f"{path.replace('@', '-')}.log", env, checkout)
             service.start()
         for path, service in self.workers.items():
             wait_for_metrics(service, self.ports[path], 90)
