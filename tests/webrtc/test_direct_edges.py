@@ -51,6 +51,30 @@ async def test_the_playout_track_sends_mono_opus_that_decodes_to_its_frames():
     assert 0.15 < rms < 0.26  # a 0.3 sine has rms 0.21
 
 
+@pytest.mark.asyncio
+async def test_quiet_frames_go_as_one_silence_packet_and_speech_after_them_decodes_clean():
+    """A quiet agent costs no encode; the tone after the quiet decodes as the tone, the quiet as silence."""
+    tone = (tone_48k(0.4, hz=440.0, level=0.3) * 32767).astype(np.int16)
+    script = [tone[i : i + 960] for i in range(0, tone.size, 960)]
+    script = script + [np.zeros(960, np.int16)] * 30 + script
+    frames = iter(script)
+    track = PlayoutTrack(lambda: next(frames))
+    packets = await _packets(track, len(script))
+    assert track.encoded == 2 * 20 + 1  # the tone twice, and one silent frame before its return
+    quiet = packets[20:50]
+    assert len({bytes(p) for p in quiet}) == 1 and quiet[0].size < min(p.size for p in packets[:20]) / 2
+    assert [p.pts for p in packets] == [960 * n for n in range(len(script))]
+
+    decoder = OpusDecoder()
+    decoded = [frame_to_mono_f32(f) for p in packets for f in decoder.decode(JitterFrame(bytes(p), p.pts))]
+    rms = [float(np.sqrt(np.mean(d**2))) for d in decoded]
+    assert max(rms[22:50]) < 0.001  # silence, once the tone's tail has passed
+    again = np.concatenate(decoded[52:70])
+    spectrum = np.abs(np.fft.rfft(again))
+    assert abs(np.argmax(spectrum) * 48000 / again.size - 440.0) < 5.0
+    assert 0.15 < float(np.sqrt(np.mean(again**2))) < 0.26
+
+
 def test_frame_to_mono_takes_one_channel_of_any_layout():
     mono = (np.arange(960) - 480).astype(np.int16) * 60
     packed = av.AudioFrame.from_ndarray(np.repeat(mono, 2).reshape(1, -1), format="s16", layout="stereo")
