@@ -45,6 +45,15 @@ PLAYOUT_UNDERRUNS = Counter("duplex_playout_underruns", "Output frames that had 
 FRAME_OVERRUNS = Counter("duplex_frame_overruns", "Batched model steps that finished after their frame was due",
                          registry=REGISTRY)
 ERRORS = Counter("duplex_errors", "Error events sent to clients", ["code"], registry=REGISTRY)
+END_OF_TURN_INFERENCES = Counter(
+    "duplex_end_of_turn_inferences", "Pauses shown to the end-of-turn model (one inference each: its CPU cost)",
+    registry=REGISTRY,
+)
+END_OF_TURN_CONFIDENT = Counter(
+    "duplex_end_of_turn_confident",
+    "Pauses the end-of-turn model judged the end of the turn (it ends after the short window unless speech resumes)",
+    registry=REGISTRY,
+)
 
 
 def render() -> bytes:

@@ -152,6 +152,7 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
 class Scrape:
     sessions: float = 0.0
     underruns: float = 0.0
+    end_of_turn_inferences: float = 0.0
     barge_in_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
 
     def barge_ins_since(self, earlier: Scrape) -> dict[float, float]:
@@ -176,6 +177,8 @@ def scrape(port: int, *, tries: int = 3) -> Scrape | None:
                 out.sessions = sample.value
             elif sample.name == "duplex_playout_underruns_total":
                 out.underruns = sample.value
+            elif sample.name == "duplex_end_of_turn_inferences_total":
+                out.end_of_turn_inferences = sample.value
             elif sample.name == "duplex_barge_in_latency_ms_bucket":
                 out.barge_in_buckets[float(sample.labels["le"])] = sample.value
     return out
@@ -278,6 +281,7 @@ class Round:
     heard_stop_ms: list[float] = field(default_factory=list)
     reply_after_ms: list[float] = field(default_factory=list)
     underruns: int = 0
+    end_of_turn_inferences: int = 0
     no_reply: int = 0
     caller_errors: list[str] = field(default_factory=list)
     note: str = ""
@@ -454,6 +458,7 @@ class Rig:
         after_round = scrape(port) or before_round
         result.barge_in = after_round.barge_ins_since(before_round)
         result.underruns = int(after_round.underruns - before_round.underruns)
+        result.end_of_turn_inferences = int(after_round.end_of_turn_inferences - before_round.end_of_turn_inferences)
         done = next((e for e in events if e.get("event") == "done"), None)
         callers = (done or {}).get("callers", [])
         result.interruptions = sum(int(c.get("attempts", 0)) for c in callers)
@@ -597,9 +602,12 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print("context per round (cores over the same window): server = the loopback LiveKit server (left out of the "
           "worker's figure), callers = the callers' process, rest = everything else on the machine (other workers, "
           "this bench, unrelated processes); the callers' view: no reply within 12 s, onset sent -> the agent "
-          "heard to stop, question's end sent -> reply heard (500 ms end-of-turn silence included)")
+          "heard to stop, question's end sent -> reply heard (500 ms end-of-turn silence included); end-of-turn "
+          "inferences = pauses the worker showed its end-of-turn model, per call per minute of the round (each "
+          "costs about 40 ms of CPU here)")
     header2 = (f"{'path':16} | {'calls':>5} | {'server':>6} | {'callers':>7} | {'rest':>5} | {'machine':>7} | "
-               f"{'unanswered':>10} | {'heard stop p50 ms':>17} | {'reply heard p50 ms':>18}")
+               f"{'unanswered':>10} | {'heard stop p50 ms':>17} | {'reply heard p50 ms':>18} | "
+               f"{'end-of-turn inferences':>22}")
     print(header2)
     print("-" * len(header2))
     for sessions in sorted({r.sessions for r in rounds}):
@@ -608,7 +616,8 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
             print(f"{r.path:16} | {r.sessions:>5} | {r.server_cores:6.2f} | {r.callers_cores:7.2f} | {rest:5.2f} | "
                   f"{r.machine_cores:7.2f} | {r.no_reply:>10} | "
                   f"{statistics.median(r.heard_stop_ms) if r.heard_stop_ms else float('nan'):17.0f} | "
-                  f"{statistics.median(r.reply_after_ms) if r.reply_after_ms else float('nan'):18.0f}")
+                  f"{statistics.median(r.reply_after_ms) if r.reply_after_ms else float('nan'):18.0f} | "
+                  f"{r.end_of_turn_inferences / r.sessions / (r.took_s / 60) if r.took_s else float('nan'):22.1f}")
     pooled = {path: [r for r in rounds if r.path == path and r.barge_ins] for path in rig.paths}
     for path, mine in pooled.items():
         if not mine:

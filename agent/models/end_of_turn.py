@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from duplex_agent.agent.metrics import END_OF_TURN_CONFIDENT, END_OF_TURN_INFERENCES
 from duplex_agent.agent.models.model_errors import require_module
 from duplex_agent.agent.models.shared_model import SharedModel
 from duplex_agent.agent.models.vad import SharedScores, VadEvent, VadModel, VadSettings, VadStream, to_int16
@@ -55,6 +56,7 @@ class EndOfTurnModel(SharedModel):
     def ask(self, samples: np.ndarray) -> Future[float]:
         """``probability`` on the model's own thread; the future is not bound to any loop."""
         self.asked += 1
+        END_OF_TURN_INFERENCES.inc()
         future = self._thread.submit(self.probability, samples)
         future.add_done_callback(self._count_answer)
         return future
@@ -163,4 +165,5 @@ class TurnDetector:
         self.last_probability = p
         if p < self.threshold:
             return None
+        END_OF_TURN_CONFIDENT.inc()
         return self.vad.end_pause_after(self.silence_ms)

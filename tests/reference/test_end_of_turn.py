@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from devtools.speech import espeak, pause_inside, speak
+from duplex_agent.agent.metrics import REGISTRY
 from duplex_agent.agent.models.end_of_turn import EndOfTurnModel, TurnDetector
 from duplex_agent.agent.models.vad import WINDOW_SAMPLES, SileroVadModel, VadSettings, VadStream
 
@@ -133,6 +134,23 @@ def test_end_of_turn_model_is_shared_and_runs_on_its_own_thread():
     threads = model.ask(np.zeros(100, np.float32)).result(), model._thread.submit(threading.current_thread).result()
     assert 0.0 <= threads[0] <= 1.0
     assert threads[1].name.startswith("end-of-turn") and threads[1] is not threading.current_thread()
+
+
+def test_metrics_count_each_inference_and_each_confident_answer():
+    """What the model costs and what it buys, as /metrics shows them: one inference per pause asked
+    about, and the answers that ended a turn early (Piper's finished sentences: measured 3-6 of 8)."""
+    def counted(name: str) -> float:
+        return REGISTRY.get_sample_value(f"duplex_end_of_turn_{name}_total") or 0.0
+
+    model = EndOfTurnModel.shared()
+    asked, inferences, confident = model.asked, counted("inferences"), counted("confident")
+    early = 0
+    for text in FINISHED:
+        audio = utterance(speak, text)
+        (end, on), (_, off) = stops(audio, True)[0], stops(audio, False)[0]
+        early += on < off
+    assert counted("inferences") - inferences == model.asked - asked >= len(FINISHED)
+    assert counted("confident") - confident >= early >= 1
 
 
 def test_turned_off_it_is_the_plain_vad():
