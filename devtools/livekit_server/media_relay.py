@@ -18,6 +18,8 @@ from duplex_agent.webrtc.direct.tracks import opus_voice_encoder
 log = logging.getLogger(__name__)
 
 RELIABLE_LABEL = "_reliable"
+#: Bits per second of relayed audio (mono Opus): well above a voice's needs.
+RELAY_BITRATE = 64000
 LOSSY_LABEL = "_lossy"
 
 
@@ -121,10 +123,12 @@ class TrackFanout:
 class RelayedTrack(MediaStreamTrack):
     """Outgoing track for one subscriber; its id is the LiveKit track sid.
 
-    Audio goes out as Opus this track encodes itself, on the loop, mono at a voice bitrate
-    (the worker's own encoder settings): aiortc's sender would hop to a thread per frame,
-    encode stereo at 96 kb/s and compute an RTP audio level in Python, which made this
-    test server, running inside the test process, starve its own media with four calls.
+    Audio goes out as Opus this track encodes itself, on the loop, mono: aiortc's sender
+    would hop to a thread per frame, encode stereo at 96 kb/s and compute an RTP audio level
+    in Python, which made this test server, running inside the test process, starve its own
+    media with four calls. A real SFU forwards the publisher's packets untouched, so this
+    re-encode keeps a high bitrate and full complexity, to take as little from the audio as
+    it can (tests transcribe what callers hear).
     """
 
     def __init__(self, fanout: TrackFanout, track_sid: str, queue_size: int) -> None:
@@ -171,7 +175,7 @@ class _MonoOpus:
     FRAME = 960
 
     def __init__(self) -> None:
-        self._encoder = opus_voice_encoder()
+        self._encoder = opus_voice_encoder(RELAY_BITRATE, complexity=10)
         self._fifo = av.AudioFifo()
         self._time_base = fractions.Fraction(1, self.RATE)
         self._pts = 0

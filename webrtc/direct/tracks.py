@@ -34,7 +34,7 @@ OPUS_EXPECTED_LOSS_PERCENT = 10
 OPUS_COMPLEXITY = 5
 
 
-def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE) -> av.CodecContext:
+def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE, complexity: int = OPUS_COMPLEXITY) -> av.CodecContext:
     """libopus for one mono 48 kHz voice in 20 ms frames, with in-band FEC."""
     codec = av.CodecContext.create("libopus", "w")
     codec.bit_rate = bitrate
@@ -43,7 +43,7 @@ def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE) -> av.CodecContext:
     codec.sample_rate = SAMPLE_RATE
     codec.time_base = _TIME_BASE
     codec.options = {"application": "voip", "fec": "1", "packet_loss": str(OPUS_EXPECTED_LOSS_PERCENT),
-                     "compression_level": str(OPUS_COMPLEXITY)}
+                     "compression_level": str(complexity)}
     codec.open()
     return codec
 
