@@ -34,8 +34,9 @@ def test_piper_chunks_per_sentence():
 
 
 def test_whisper_transcribes_piper(asr, fox_16k):
-    expected = {"quick", "brown", "fox", "jumps", "over", "lazy", "dog"}
-    got = words(asr.transcribe(fox_16k))
+    # Word stems: Piper's speech varies between processes, and now and then Whisper hears "jump".
+    expected = {"quick", "brown", "fox", "jump", "over", "lazy", "dog"}
+    got = {word.removesuffix("s") for word in words(asr.transcribe(fox_16k))}
     assert len(expected & got) >= 6, got
 
 
