@@ -19,12 +19,13 @@ def _spoken(text: str, rate: int) -> np.ndarray:
     from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
     tts = PiperSynthesizer.shared()
-    audio = tts.synthesize_all(text)
+    audio = tts.synthesize_all(text, varied=False)
     return soxr.resample(audio, tts.sample_rate, rate).astype(np.float32)
 
 
 def speak(text: str, rate: int = 16000, *, before_ms: float = 0.0, after_ms: float = 0.0) -> np.ndarray:
-    """Piper's voice saying ``text`` at ``rate``, with silence around it."""
+    """Piper's voice saying ``text`` at ``rate``, with silence around it: the same audio in every
+    run (Piper's prosody sampling is off), so a test's speech does not change between runs."""
     audio = _spoken(text, rate)
     pad = lambda ms: np.zeros(int(rate * ms / 1000), np.float32)  # noqa: E731
     return np.concatenate([pad(before_ms), audio, pad(after_ms)])

@@ -39,19 +39,24 @@ class PiperSynthesizer(SharedModel):
             ),
             config=piper_config,
         )
+        self._unvaried = piper.SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
         logger.info("Piper voice loaded in %.2f s", time.perf_counter() - start)
 
     @property
     def sample_rate(self) -> int:
         return self._voice.config.sample_rate
 
-    def synthesize(self, text: str) -> Iterator[np.ndarray]:
-        """Mono float32 chunks at sample_rate, one per sentence; stop iterating to stop early."""
+    def synthesize(self, text: str, *, varied: bool = True) -> Iterator[np.ndarray]:
+        """Mono float32 chunks at sample_rate, one per sentence; stop iterating to stop early.
+
+        Piper samples its prosody, so each call sounds a little different; ``varied=False``
+        turns the sampling off (the same text always gives the same audio).
+        """
         if not text.strip():
             return
-        for chunk in self._voice.synthesize(text):
+        for chunk in self._voice.synthesize(text, syn_config=None if varied else self._unvaried):
             yield chunk.audio_float_array
 
-    def synthesize_all(self, text: str) -> np.ndarray:
-        chunks = list(self.synthesize(text))
+    def synthesize_all(self, text: str, *, varied: bool = True) -> np.ndarray:
+        chunks = list(self.synthesize(text, varied=varied))
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)

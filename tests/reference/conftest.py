@@ -15,5 +15,5 @@ def fox_16k() -> np.ndarray:
     from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
     tts = PiperSynthesizer.shared()
-    audio = tts.synthesize_all(FOX)
+    audio = tts.synthesize_all(FOX, varied=False)
     return soxr.resample(audio, tts.sample_rate, 16000).astype(np.float32)

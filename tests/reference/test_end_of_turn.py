@@ -138,7 +138,7 @@ def test_end_of_turn_model_is_shared_and_runs_on_its_own_thread():
 
 def test_metrics_count_each_inference_and_each_confident_answer():
     """What the model costs and what it buys, as /metrics shows them: one inference per pause asked
-    about, and the answers that ended a turn early (Piper's finished sentences: measured 3-6 of 8)."""
+    about, and the answers that ended a turn early (Piper's finished sentences: measured 6 of 8)."""
     def counted(name: str) -> float:
         return REGISTRY.get_sample_value(f"duplex_end_of_turn_{name}_total") or 0.0
 
@@ -165,9 +165,10 @@ def test_turned_off_it_is_the_plain_vad():
 def test_finished_sentences_end_sooner_with_the_model(voice, request):
     """Never later than the fixed window; sooner on Piper's finished sentences.
 
-    Measured here (threshold 0.5): 3-6 of 8 Piper sentences (Piper's synthesis varies from
-    process to process) end after ~224 ms of silence instead of ~512 ms; the test asks 2. On espeak voices the model rarely fires (their prosody is not
-    speech-like enough for it): they keep the full window, which the test allows.
+    Measured here (threshold 0.5): 6 of 8 Piper sentences (the tests' Piper speech is the
+    same in every run) end after ~224 ms of silence instead of ~512 ms; with Piper's prosody
+    sampling on it was 3-6; the test asks 2. On espeak voices the model rarely fires (their
+    prosody is not speech-like enough for it): they keep the full window, which the test allows.
     """
     with_model, without = [], []
     for text in FINISHED:

@@ -19,7 +19,7 @@ from duplex_agent.plugins.reference.tts import PiperSynthesizer
 from duplex_agent.agent.models.vad import SileroVadModel
 SileroVadModel.shared()
 tts = PiperSynthesizer.shared()
-audio = soxr.resample(tts.synthesize_all("The lights are on in the kitchen."), tts.sample_rate, 16000)
+audio = soxr.resample(tts.synthesize_all("The lights are on in the kitchen.", varied=False), tts.sample_rate, 16000)
 print(WhisperRecognizer.shared().transcribe(audio.astype(np.float32)))
 """
 

@@ -79,7 +79,7 @@ async def commit_delays_ms(backend: LocalBackend, end_of_turn: bool) -> list[flo
 
 async def test_finished_sentences_commit_sooner_with_the_end_of_turn_model(backend):
     """Piper's finished sentences: the commit comes sooner with the model on (on average;
-    Piper's speech varies between processes, and some sentences keep the full window)."""
+    some sentences keep the full window)."""
     with_model = await commit_delays_ms(backend, True)
     without = await commit_delays_ms(backend, False)
     assert len(with_model) == len(without) == len(SENTENCES)

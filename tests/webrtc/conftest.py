@@ -31,7 +31,7 @@ def speech_48k() -> np.ndarray:
         tts = PiperSynthesizer.shared()
     except (ImportError, MissingModelError) as exc:
         pytest.skip(f"Piper voice not installed: {exc}")
-    audio = tts.synthesize_all(SPEECH_TEXT)
+    audio = tts.synthesize_all(SPEECH_TEXT, varied=False)
     return soxr.resample(audio, tts.sample_rate, 48000).astype(np.float32)
 
 
