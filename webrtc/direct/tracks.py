@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fractions
+import functools
 import logging
 import threading
 import time
@@ -48,8 +49,9 @@ def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE, complexity: int = OP
     return codec
 
 
+@functools.lru_cache(maxsize=8)
 def _steady_silence_packet(bitrate: int) -> bytes:
-    """What the voice encoder sends for digital silence once it has settled into it."""
+    """What the voice encoder sends for digital silence once it has settled into it (made once per bitrate)."""
     encoder = opus_voice_encoder(bitrate)
     quiet = np.zeros((1, FRAME_SAMPLES), np.int16)
     packet = b""
