@@ -116,3 +116,42 @@ async def test_wait_for_playout_returns_the_position_played_and_whether_it_was_c
         assert (await queue.wait_for_playout("r3")).interrupted
     finally:
         pacer.cancel()
+
+
+async def test_wait_for_audio_returns_when_audio_is_queued_and_at_once_while_some_is():
+    queue = PlayoutQueue()
+    waiter = asyncio.ensure_future(queue.wait_for_audio())
+    await asyncio.sleep(0)  # the waiter is parked on the empty queue
+    assert not waiter.done()
+    queue.capture(np.zeros(0, np.float32), "r1")  # nothing to play: still waiting
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    queue.capture(tone(40), "r1")
+    await asyncio.wait_for(waiter, 5)
+    await asyncio.wait_for(queue.wait_for_audio(), 5)  # audio is queued: no wait
+    queue.next_frame(), queue.next_frame()
+    assert not queue.next_frame().any()
+    again = asyncio.ensure_future(queue.wait_for_audio())  # played out: waits again
+    await asyncio.sleep(0)
+    assert not again.done()
+    again.cancel()
+
+
+async def test_wait_for_audio_wakes_a_waiter_on_another_loop_thread():
+    queue = PlayoutQueue()
+    parked = asyncio.Event()
+
+    def other_thread() -> None:
+        async def wait() -> None:
+            pending = asyncio.ensure_future(queue.wait_for_audio())
+            await asyncio.sleep(0)
+            loop.call_soon_threadsafe(parked.set)
+            await pending
+
+        asyncio.run(wait())
+
+    loop = asyncio.get_running_loop()
+    thread = asyncio.ensure_future(asyncio.to_thread(other_thread))
+    await asyncio.wait_for(parked.wait(), 5)
+    queue.capture(tone(20), "r1")
+    await asyncio.wait_for(thread, 5)

@@ -227,9 +227,17 @@ class LiveKitRoomCall:
             await stream.aclose()
 
     async def _speak(self) -> None:
-        """Feed the track 20 ms at a time; the source's short queue paces this loop."""
-        while self.path is not None:
-            pcm = self.path.next_frame()
+        """Feed the track 20 ms at a time; the source's short queue paces this loop.
+
+        While the agent is quiet nothing is captured (the native source sends silence by
+        itself): the loop waits for the next audio instead of an FFI round trip per frame.
+        """
+        path = self.path
+        while path is not None and path is self.path:
+            pcm = path.next_frame()
+            if not path.playout.playing:
+                await path.playout.wait_for_audio()
+                continue
             frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
             await self.source.capture_frame(frame)
 

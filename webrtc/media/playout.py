@@ -91,6 +91,7 @@ class PlayoutQueue:
         self._progress: list[PlayoutProgress] = []
         self._ended: OrderedDict[str, PlaybackFinished] = OrderedDict()  # recent ends, for late waiters
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[PlaybackFinished]]]] = {}
+        self._audio_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._last_frame_had_audio = False
         self.underruns = 0
         self.frames_out = 0
@@ -106,6 +107,9 @@ class PlayoutQueue:
                 return
             self._chunks.append(_Chunk(samples, response_id, tag))
             self._queued_samples += samples.size
+            waiting, self._audio_waiters = self._audio_waiters, []
+        for loop, future in waiting:
+            loop.call_soon_threadsafe(_settle, future, None)
 
     def flush(self, response_id: str) -> None:
         """No more audio follows for ``response_id``; its end will be reported once played."""
@@ -230,6 +234,17 @@ class PlayoutQueue:
                 self._waiters.setdefault(response_id, []).append((loop, future))
         return ended if ended is not None else await future
 
+    async def wait_for_audio(self) -> None:
+        """Until audio is queued (at once if some is): a transport that need not send
+        silence waits here instead of reading out silent frames."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._chunks:
+                return
+            future: asyncio.Future[None] = loop.create_future()
+            self._audio_waiters.append((loop, future))
+        await future
+
     def _report_played(self, response_id: str) -> None:
         if self._streaming == response_id:
             self._streaming = None
@@ -246,6 +261,6 @@ class PlayoutQueue:
         return ended
 
 
-def _settle(future: asyncio.Future[PlaybackFinished], ended: PlaybackFinished) -> None:
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
     if not future.done():
-        future.set_result(ended)
+        future.set_result(result)
