@@ -130,6 +130,29 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
     return out
 
 
+def native_thread_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's threads that are not Python's: those a native library
+    started and named (livekit's FFI: tokio, WebRTC's network, audio and encoder threads).
+    Python threads keep the process's own name, the end-of-turn and VAD inference included."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            own = f.read().strip()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    ticks = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name != own:
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def run_queue_wait_s(pid: int) -> float:
     """Seconds the process's main thread (the worker's event loop) has spent runnable but waiting
     for a CPU (Linux /proc schedstat); nan elsewhere. On an oversubscribed machine a worker that
@@ -272,6 +295,7 @@ class Round:
     ready: bool = False
     window_s: float = float("nan")
     worker_cores: float = float("nan")
+    native_cores: float = float("nan")  # of worker_cores, in threads a native library started
     server_cores: float = 0.0
     callers_cores: float = float("nan")
     loop_waited: float = float("nan")  # share of the window the worker's loop thread waited for a CPU
@@ -291,6 +315,11 @@ class Round:
     @property
     def barge_ins(self) -> int:
         return int(max(self.barge_in.values(), default=0))
+
+    @property
+    def complete(self) -> bool:
+        """Every call was up and served through the window: only such rounds give figures per call."""
+        return self.ready and self.serving == self.sessions
 
 
 class Rig:
@@ -421,10 +450,12 @@ class Rig:
                 pids["server"] = self.server.pid
             spy = start_profile(worker.pid, args.window, self.log_dir / f"{path}-{sessions}.txt") if profile else None
             before = {k: tree_cpu_s(pid) for k, pid in pids.items()}
+            native0 = native_thread_cpu_s(worker.pid)
             waited0 = run_queue_wait_s(worker.pid)
             busy0, t0 = all_cpu_s(), time.perf_counter()
             await asyncio.sleep(args.window)
             after = {k: tree_cpu_s(pid) for k, pid in pids.items()}
+            result.native_cores = (native_thread_cpu_s(worker.pid) - native0) / (time.perf_counter() - t0)
             waited = run_queue_wait_s(worker.pid) - waited0
             busy1 = all_cpu_s()
             wall = time.perf_counter() - t0
@@ -555,10 +586,13 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print("idle, before any call (cores): " + ", ".join(f"{p} {idle[p]:.3f}" for p in rig.paths))
     print(f"CPU: psutil cpu_times deltas of each process over a {rig.args.window:.0f} s window while every call loops "
           "question -> ~300 ms of reply -> interruption + question ...; per call = (worker cores - its idle) / calls; "
+          "of it native = the part in threads a native library started and named (livekit's FFI media: WebRTC, "
+          "Opus, tokio), per call, its fixed cost included: what no change in this project's Python can remove; "
           "loop waited = share of the window the worker's main thread was runnable but had no CPU (schedstat)")
     print()
-    header = (f"{'path':16} | {'calls':>5} | {'worker cores':>12} | {'% core per call':>15} | {'x echo floor':>12} | "
-              f"{'x control':>9} | {'loop waited':>11} | {'barge-in p50/p95 ms (n)':>23} | {'underruns':>9}")
+    header = (f"{'path':16} | {'calls':>5} | {'worker cores':>12} | {'% core per call':>15} | {'of it native':>12} | "
+              f"{'x echo floor':>12} | {'x control':>9} | {'loop waited':>11} | {'barge-in p50/p95 ms (n)':>23} | "
+              f"{'underruns':>9}")
     print(header)
     print("-" * len(header))
     floor = {r.sessions: per_call(r, idle) for r in rounds if r.path == "echo"}
@@ -577,7 +611,10 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
             versus = f"{per / mine:.2f}" if mine else "-"
             if r.loop_waited > STARVED:
                 notes.append("the worker's loop was starved of CPU: it fell behind, so its figure is low")
-            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {ratio:>12} | {versus:>9} | "
+            if not r.complete:
+                notes.append("not every call was up: left out of the verdicts below")
+            native = f"{100 * r.native_cores / max(1, r.serving or r.sessions):12.2f}" if r.native_cores > 0 else f"{'-':>12}"
+            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {native} | {ratio:>12} | {versus:>9} | "
                   f"{100 * r.loop_waited:10.0f}% | {bi:>23} | "
                   f"{r.underruns if r.path != 'echo' else '-':>9}" + (f"   [{'; '.join(notes)}]" if notes else ""))
     for line in skipped:
@@ -586,7 +623,10 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print("per call at the largest N over per call at the smallest (linear: <= "
           f"{LINEAR_WITHIN:.1f}), and against the target:")
     for path in rig.paths:
-        mine = sorted((r for r in rounds if r.path == path), key=lambda r: r.sessions)
+        for r in (r for r in rounds if r.path == path and not r.complete):
+            print(f"  {describe(path)}: {r.sessions} calls not measured: {r.serving} of them served in the window"
+                  f" ({r.note or 'callers not ready'}): this machine could not run them all")
+        mine = sorted((r for r in rounds if r.path == path and r.complete), key=lambda r: r.sessions)
         if not mine:
             continue
         small, large = mine[0], mine[-1]
