@@ -30,6 +30,7 @@ from duplex_agent.agent.protocol.events import (
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -39,8 +40,6 @@ CONNECT_TIMEOUT_S = 30.0
 #: Metrics go out at most this often, and only when a figure the page shows changed
 #: (or when the page sends ``metrics.request``).
 METRICS_INTERVAL_S = 5.0
-#: Transcript deltas of one response are joined and sent at most this often.
-TRANSCRIPT_FLUSH_S = 0.25
 METRICS_REQUEST = "metrics.request"
 _EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
 _MAX_PAGE_MESSAGE = 16 * 1024
@@ -70,9 +69,7 @@ class PeerSession:
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
-        self._deltas: list[ResponseTranscriptDelta] = []  # held back, joined on flush
-        self._delta_flush: asyncio.TimerHandle | None = None
-        self._last_deltas_at = float("-inf")
+        self._deltas = TranscriptDeltas(lambda delta: self._send(encode_event(delta)))
         self._metrics_sent: Any = None  # what the page showed when metrics last went out
         self.closed = False
 
@@ -97,8 +94,7 @@ class PeerSession:
             return
         self.closed = True
         logger.info("peer %s closing: %s", self.pc_id, reason)
-        if self._delta_flush is not None:
-            self._delta_flush.cancel()
+        self._deltas.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -161,34 +157,12 @@ class PeerSession:
 
     def _forward_event(self, event: ServerEvent) -> None:
         if isinstance(event, ResponseTranscriptDelta):
-            self._hold_delta(event)
+            self._deltas.hold(event)
             return
-        self._flush_deltas()  # what the page gets keeps the conversation's order
+        self._deltas.flush()  # what the page gets keeps the conversation's order
         if isinstance(event, ErrorEvent):
             ERRORS.labels(code=event.code).inc()
         self._send(encode_event(event))
-
-    def _hold_delta(self, event: ResponseTranscriptDelta) -> None:
-        last = self._deltas[-1] if self._deltas else None
-        if last is not None and (last.response_id, last.item_id) == (event.response_id, event.item_id):
-            self._deltas[-1] = ResponseTranscriptDelta(event.response_id, event.item_id, last.delta + event.delta)
-        else:
-            self._deltas.append(event)
-        if self._delta_flush is None:
-            loop = asyncio.get_running_loop()
-            wait = max(0.0, self._last_deltas_at + TRANSCRIPT_FLUSH_S - loop.time())
-            self._delta_flush = loop.call_later(wait, self._flush_deltas)
-
-    def _flush_deltas(self) -> None:
-        if self._delta_flush is not None:
-            self._delta_flush.cancel()
-            self._delta_flush = None
-        if not self._deltas:
-            return
-        deltas, self._deltas = self._deltas, []
-        self._last_deltas_at = asyncio.get_running_loop().time()
-        for delta in deltas:
-            self._send(encode_event(delta))
 
     def _forward_state(self, state: str) -> None:
         self._send({"type": "agent.state", "state": state})

@@ -30,6 +30,7 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("duplex_agent.livekit")
 
@@ -92,6 +93,9 @@ class LiveKitRoomCall:
         self._writer_task: asyncio.Task[None] | None = None
         self._call_tasks: list[asyncio.Task[Any]] = []
         self._agent_segment: tuple[str, rtc.TextStreamWriter] | None = None
+        # Each delta written is an FFI request and callback: a reply's words go out joined.
+        self._deltas = TranscriptDeltas(
+            lambda d: self._later(lambda: self._agent_transcript(d.response_id, d.delta)))
         self._published = False
         self._conversation_open = False
 
@@ -117,6 +121,7 @@ class LiveKitRoomCall:
                 await self._serve(caller)
         finally:
             await self._end_call(self._end_reason)
+            self._deltas.cancel()
             if self._writer_task is not None:
                 self._writer_task.cancel()
                 await asyncio.gather(self._writer_task, return_exceptions=True)
@@ -200,6 +205,7 @@ class LiveKitRoomCall:
             task.cancel()
         await asyncio.gather(*self._call_tasks, return_exceptions=True)
         self._call_tasks = []
+        self._deltas.flush()
         if self.path is not None:
             log.info("call figures: %s", self.path.figures_message())
             await self.path.close()
@@ -266,11 +272,13 @@ class LiveKitRoomCall:
             self._later(lambda: self.room.local_participant.set_attributes({"lk.agent.state": state}))
 
     def _on_event(self, event: p.ServerEvent) -> None:
+        if isinstance(event, p.ResponseTranscriptDelta):
+            self._deltas.hold(event)
+            return
+        self._deltas.flush()  # the room gets the conversation in its order
         if isinstance(event, p.InputTranscriptionCompleted) and self.caller is not None:
             caller = self.caller
             self._later(lambda: self._send_user_transcript(caller, event.transcript))
-        elif isinstance(event, p.ResponseTranscriptDelta):
-            self._later(lambda: self._agent_transcript(event.response_id, event.delta))
         elif isinstance(event, p.ResponseTranscriptDone):
             self._later(lambda: self._agent_transcript(event.response_id, None, final=event.transcript))
         elif isinstance(event, p.ResponseDone) and event.status != "completed":
@@ -282,6 +290,7 @@ class LiveKitRoomCall:
 
     def _on_cut_short(self, response_id: str, heard: str) -> None:
         """The caller heard only part of a reply: its final transcript says just that part."""
+        self._deltas.flush()
         self._later(lambda: self._agent_transcript(response_id, None, final=heard))
 
     async def _send_user_transcript(self, caller: rtc.RemoteParticipant, text: str) -> None:
