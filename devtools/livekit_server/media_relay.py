@@ -6,20 +6,17 @@ import asyncio
 import fractions
 import json
 import logging
+import threading
 from typing import Iterable
 
 import av
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection
+from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCRtpReceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
-
-from duplex_agent.webrtc.direct.tracks import opus_voice_encoder
 
 log = logging.getLogger(__name__)
 
 RELIABLE_LABEL = "_reliable"
-#: Bits per second of relayed audio (mono Opus): well above a voice's needs.
-RELAY_BITRATE = 64000
 LOSSY_LABEL = "_lossy"
 
 
@@ -74,34 +71,44 @@ def media_sections(sdp: str) -> list[dict]:
 
 
 class TrackFanout:
-    """Reads a remote track continuously and copies frames to subscriber queues."""
+    """Copies a published track to its subscribers.
 
-    def __init__(self, source: MediaStreamTrack, queue_size: int = 50) -> None:
+    Audio is forwarded as the publisher's Opus packets, untouched, as LiveKit's SFU does:
+    ``EncodedAudioTap`` takes them from the receiver before aiortc's decoder thread. No
+    decode and no re-encode, so the test server costs little and takes nothing from what
+    the callers hear. Video (no test publishes any) goes through decoded frames.
+    """
+
+    def __init__(self, source: MediaStreamTrack, receiver: RTCRtpReceiver | None = None,
+                 queue_size: int = 50) -> None:
         self.source = source
         self.kind = source.kind
         self._queue_size = queue_size
         self._subs: set[RelayedTrack] = set()
         self._task: asyncio.Task | None = None
+        self._tap = EncodedAudioTap(receiver, self._forward) if self.kind == "audio" and receiver is not None else None
         self.frames = 0
 
     def start(self) -> None:
-        if self._task is None:
+        if self._task is None and self._tap is None:
             self._task = asyncio.create_task(self._pump(), name="lk-track-fanout")
+
+    def _forward(self, item: av.Packet | av.frame.Frame | None) -> None:
+        if item is not None:
+            self.frames += 1
+        for sub in list(self._subs):
+            sub._push(item)
 
     async def _pump(self) -> None:
         try:
             while True:
-                frame = await self.source.recv()
-                self.frames += 1
-                for sub in list(self._subs):
-                    sub._push(frame)
+                self._forward(await self.source.recv())
         except (MediaStreamError, asyncio.CancelledError):
             pass
         except Exception:  # decoder errors etc.
             log.exception("track fanout failed")
         finally:
-            for sub in list(self._subs):
-                sub._push(None)
+            self._forward(None)
 
     def subscribe(self, track_sid: str) -> "RelayedTrack":
         t = RelayedTrack(self, track_sid, self._queue_size)
@@ -114,22 +121,52 @@ class TrackFanout:
     async def stop(self) -> None:
         for sub in list(self._subs):
             sub.stop()
+        if self._tap is not None:
+            self._tap.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
 
-class RelayedTrack(MediaStreamTrack):
-    """Outgoing track for one subscriber; its id is the LiveKit track sid.
+class EncodedAudioTap:
+    """Stands in for an aiortc receiver's decoder queue (set before the receiver starts):
+    each complete encoded frame, on the loop, goes to ``forward`` as an ``av.Packet`` whose
+    pts is its RTP timestamp; None when the receiver stops. aiortc's decoder thread still
+    starts and waits in ``get`` until then."""
 
-    Audio goes out as Opus this track encodes itself, on the loop, mono: aiortc's sender
-    would hop to a thread per frame, encode stereo at 96 kb/s and compute an RTP audio level
-    in Python, which made this test server, running inside the test process, starve its own
-    media with four calls. A real SFU forwards the publisher's packets untouched, so this
-    re-encode keeps a high bitrate and full complexity, to take as little from the audio as
-    it can (tests transcribe what callers hear).
-    """
+    def __init__(self, receiver: RTCRtpReceiver, forward) -> None:
+        if getattr(receiver, "_RTCRtpReceiver__started", True):
+            raise RuntimeError("the receiver has started: its decoder queue can no longer be replaced")
+        self._forward = forward
+        self._stopped = threading.Event()
+        receiver._RTCRtpReceiver__decoder_queue = self  # type: ignore[attr-defined]
+
+    def put(self, task) -> None:
+        if task is None:
+            self.close()
+            return
+        if self._stopped.is_set():
+            return
+        codec, encoded = task
+        packet = av.Packet(encoded.data)
+        packet.pts = encoded.timestamp
+        packet.time_base = fractions.Fraction(1, codec.clockRate)
+        self._forward(packet)
+
+    def get(self) -> None:
+        self._stopped.wait()
+        return None
+
+    def close(self) -> None:
+        if not self._stopped.is_set():
+            self._stopped.set()
+            self._forward(None)
+
+
+class RelayedTrack(MediaStreamTrack):
+    """Outgoing track for one subscriber; its id is the LiveKit track sid. Audio comes as
+    packets (aiortc's sender sends them as they are), video as frames."""
 
     def __init__(self, fanout: TrackFanout, track_sid: str, queue_size: int) -> None:
         super().__init__()
@@ -137,68 +174,26 @@ class RelayedTrack(MediaStreamTrack):
         self._id = track_sid  # aiortc puts track.id into the msid line
         self._fanout = fanout
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
-        self._opus = _MonoOpus() if self.kind == "audio" else None
 
-    def _push(self, frame) -> None:
-        if self._queue.full():  # keep real time: drop the oldest frame
+    def _push(self, item) -> None:
+        if self._queue.full():  # keep real time: drop the oldest
             try:
                 self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 pass
-        self._queue.put_nowait(frame)
+        self._queue.put_nowait(item)
 
     async def recv(self):
-        while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            frame = await self._queue.get()
-            if frame is None:
-                self.stop()
-                raise MediaStreamError
-            if self._opus is None:
-                return frame
-            packet = self._opus.encode(frame)
-            if packet is not None:
-                return packet
+        if self.readyState != "live":
+            raise MediaStreamError
+        item = await self._queue.get()
+        if item is None:
+            self.stop()
+            raise MediaStreamError
+        return item
 
     def stop(self) -> None:
         self._fanout._unsubscribe(self)
         if self._queue.empty():
             self._queue.put_nowait(None)
         super().stop()
-
-
-class _MonoOpus:
-    """Decoded audio frames in (any channel count, 10 or 20 ms), one 20 ms mono Opus packet out per 20 ms."""
-
-    RATE = 48000
-    FRAME = 960
-
-    def __init__(self) -> None:
-        self._encoder = opus_voice_encoder(RELAY_BITRATE, complexity=10)
-        self._fifo = av.AudioFifo()
-        self._time_base = fractions.Fraction(1, self.RATE)
-        self._pts = 0
-
-    def encode(self, frame: av.AudioFrame) -> av.Packet | None:
-        data = frame.to_ndarray()
-        channels = len(frame.layout.channels)
-        mono = data[:1] if frame.format.is_planar else data.reshape(1, -1)[:, ::channels]
-        if frame.sample_rate != self.RATE or mono.dtype.name != "int16":
-            return None  # aiortc's Opus decoder gives 48 kHz s16; nothing else reaches a relay
-        piece = av.AudioFrame.from_ndarray(mono.copy(), format="s16", layout="mono")
-        piece.sample_rate = self.RATE
-        piece.pts = None
-        self._fifo.write(piece)
-        whole = self._fifo.read(self.FRAME)
-        if whole is None:
-            return None
-        whole.pts = self._pts
-        packets = self._encoder.encode(whole)
-        if not packets:
-            return None
-        packet = packets[0]
-        packet.pts = self._pts
-        packet.time_base = self._time_base
-        self._pts += self.FRAME
-        return packet

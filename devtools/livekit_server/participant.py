@@ -305,10 +305,10 @@ class Participant:
 
     # -- publishing -------------------------------------------------------
     def _on_media_track(self, track, offer_sdp: str) -> None:
-        mid = None
+        mid = receiver = None
         for t in self.pub_pc.getTransceivers():
             if t.receiver.track is track:
-                mid = t.mid
+                mid, receiver = t.mid, t.receiver
         track_ids = {
             s["mid"]: s["track_id"]
             for s in media_relay.media_sections(offer_sdp)
@@ -325,7 +325,7 @@ class Participant:
             log.warning("%s: media track without AddTrackRequest", self.identity)
             return
         pending.info.mid = mid or ""
-        pending.fanout = media_relay.TrackFanout(track)
+        pending.fanout = media_relay.TrackFanout(track, receiver)
         pending.fanout.start()
         self.tracks[pending.info.sid] = pending
         self.info.is_publisher = True

@@ -35,7 +35,7 @@ OPUS_EXPECTED_LOSS_PERCENT = 10
 OPUS_COMPLEXITY = 5
 
 
-def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE, complexity: int = OPUS_COMPLEXITY) -> av.CodecContext:
+def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE) -> av.CodecContext:
     """libopus for one mono 48 kHz voice in 20 ms frames, with in-band FEC."""
     codec = av.CodecContext.create("libopus", "w")
     codec.bit_rate = bitrate
@@ -44,7 +44,7 @@ def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE, complexity: int = OP
     codec.sample_rate = SAMPLE_RATE
     codec.time_base = _TIME_BASE
     codec.options = {"application": "voip", "fec": "1", "packet_loss": str(OPUS_EXPECTED_LOSS_PERCENT),
-                     "compression_level": str(complexity)}
+                     "compression_level": str(OPUS_COMPLEXITY)}
     codec.open()
     return codec
 
