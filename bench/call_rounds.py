@@ -685,7 +685,8 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print()
     print(f"notes: every process shares this machine's {cores} cores, and other developers' jobs ran beside these "
           "rounds ('rest'): compare the paths within one run (same N, same window), not across runs. The loopback "
-          "LiveKit server is a Python SFU that decodes and re-encodes every track (aiortc), unlike LiveKit's real SFU.")
+          "LiveKit server is a Python SFU (aiortc) that forwards Opus packets untouched, as LiveKit's does, but "
+          "with aiortc's receive jitter buffer and Python's cost per packet.")
 
 
 # ---------------------------------------------------------------- main

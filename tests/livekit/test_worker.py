@@ -65,7 +65,7 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     await wait_for(lambda: answers(), 30, "the agent to answer the interruption")
     # From the interruption to the agent's next answer (over 1.5 s: the caller's words and
     # the silence window) the old reply, left alone, would fill most frames; stopped, it fills
-    # only the way there and back through the loopback SFU (which decodes and re-encodes).
+    # only the way there and back through the loopback SFU.
     answer_at = answers()[0].at_frame
     window = answer_at - cut
     assert window >= 100

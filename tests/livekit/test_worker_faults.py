@@ -74,8 +74,8 @@ async def test_four_jobs_talk_at_once_each_caller_hears_its_own_reply(livekit_se
     await wait_for(lambda: all("listening" in c.agent_states for c in callers.values()), 60, "four agents")
 
     # Four live calls in one worker; the callers take turns to speak, so that the reference model's
-    # CPU bursts (Whisper, Piper) do not starve the loopback SFU, which decodes and re-encodes every
-    # track in Python: on this 2-core machine four replies at once made a caller's media drop out.
+    # CPU bursts (Whisper, Piper) do not starve the test process (the loopback SFU and four aiortc
+    # callers, all in Python): on this 2-core machine four replies at once made a caller's media drop out.
     replies = [await callers[name].say_and_listen(FOUR[name][0], timeout=120) for name in FOUR]
     for name, reply in zip(FOUR, replies, strict=True):
         others = set().union(*(marks for other, (_, marks) in FOUR.items() if other != name))
