@@ -32,6 +32,13 @@ from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 
 log = logging.getLogger("duplex_agent.livekit")
+#: livekit-agents watches each job runner's event loop for blocking code: a heartbeat and a
+#: watchdog thread per runner, each waking every fifth of the warn threshold (100 ms by
+#: default: 20 ms). This worker keeps one idle runner per session slot, so at 64 slots that
+#: was 0.13 of a core before any call (0.07 at 250 ms, 0.01 with the monitor off). Unless the
+#: deployment sets it, blocks of 250 ms and more are reported.
+LOOP_BLOCK_WARN_ENV = "LIVEKIT_AGENTS_LOOP_BLOCK_WARN_MS"
+LOOP_BLOCK_WARN_MS = "250"
 #: How long calls closed at the drain deadline get to say goodbye and leave their rooms.
 _CLOSE_CALLS_TIMEOUT_S = 10.0
 #: How long closing the agent server (and with it every job thread) may take after the drain.
@@ -104,6 +111,7 @@ def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> floa
 
 def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCalls, *,
                        dev: bool) -> agents.AgentServer:
+    os.environ.setdefault(LOOP_BLOCK_WARN_ENV, LOOP_BLOCK_WARN_MS)  # read as each job runner starts
     capacity = settings.max_sessions
     server = agents.AgentServer(
         ws_url=settings.livekit_url,
