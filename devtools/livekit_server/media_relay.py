@@ -87,15 +87,12 @@ class TrackFanout:
         self._subs: set[RelayedTrack] = set()
         self._task: asyncio.Task | None = None
         self._tap = EncodedAudioTap(receiver, self._forward) if self.kind == "audio" and receiver is not None else None
-        self.frames = 0
 
     def start(self) -> None:
         if self._task is None and self._tap is None:
             self._task = asyncio.create_task(self._pump(), name="lk-track-fanout")
 
     def _forward(self, item: av.Packet | av.frame.Frame | None) -> None:
-        if item is not None:
-            self.frames += 1
         for sub in list(self._subs):
             sub._push(item)
 
