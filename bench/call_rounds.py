@@ -455,10 +455,11 @@ class Rig:
             busy0, t0 = all_cpu_s(), time.perf_counter()
             await asyncio.sleep(args.window)
             after = {k: tree_cpu_s(pid) for k, pid in pids.items()}
-            result.native_cores = (native_thread_cpu_s(worker.pid) - native0) / (time.perf_counter() - t0)
+            native1 = native_thread_cpu_s(worker.pid)
             waited = run_queue_wait_s(worker.pid) - waited0
             busy1 = all_cpu_s()
             wall = time.perf_counter() - t0
+            result.native_cores = (native1 - native0) / wall
             result.machine_cores = cpu_delta(busy0, busy1) / wall
             result.window_s = wall
             result.loop_waited = waited / wall
