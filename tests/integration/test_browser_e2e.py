@@ -28,7 +28,8 @@ async def test_one_exchange_in_the_page(reference_worker, question_wav):
         await asyncio.to_thread(browser.wait_for_text, "status", "Connected", 20)
         transcript = await asyncio.to_thread(browser.wait_for_text, "transcript", "You said", 40)
         await asyncio.to_thread(browser.wait_for_text, "fig-turn", "ms", 20)
-        await asyncio.sleep(1.0)
+        # The picture shows the exchange over: the reply has played out.
+        await asyncio.to_thread(browser.wait_for_text, "agent-state", "listening", 30)
         shot = await asyncio.to_thread(browser.screenshot, "e2e-reference-exchange")
         assert "table" in transcript.lower(), transcript  # the user's words and the echo
         assert shot.exists()

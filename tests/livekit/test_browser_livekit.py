@@ -181,7 +181,8 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
         transcript = await _in_thread(browser.wait_for_text, "transcript", "You said", 60)
         await _in_thread(browser.wait_for_text, "fig-rtt", "ms", 10)
         lines = await _in_thread(_transcript, browser)
-        await asyncio.sleep(1.0)
+        # The picture shows the exchange over: the reply has played out.
+        await _in_thread(browser.wait_for_text, "agent-state", "listening", 30)
         await _in_thread(browser.screenshot, "livekit-page-exchange")
         await _in_thread(browser.driver.set_window_size, 390, 844)
         await _in_thread(browser.screenshot, "livekit-page-exchange-phone")

@@ -38,8 +38,12 @@ class Collector:
         async for out in outputs:
             self.outputs.append(out)
 
-    async def until(self, count: int) -> None:
+    async def until(self, count: int, timeout: float = 60.0) -> None:
+        """Until ``count`` outputs have arrived (the engine's clock thread delivers them to this loop)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while len(self.outputs) < count:
+            assert loop.time() < deadline, f"{len(self.outputs)} of {count} outputs in {timeout:g} s"
             await asyncio.sleep(0)  # yields to the loop, where delivered outputs land
 
 

@@ -17,7 +17,9 @@ async def test_a_silent_session_gets_silence_and_the_other_keeps_its_pace():
         await engine.submit(plan("quiet-e0-in-1", voice_frames(2, 1)[0]))  # one frame, then nothing
         talker, quiet = Collector(engine, "talker-e0-in-1"), Collector(engine, "quiet-e0-in-1")
         sent = 1
+        deadline = asyncio.get_running_loop().time() + 60
         while len(talker.outputs) < 12:
+            assert asyncio.get_running_loop().time() < deadline, f"{len(talker.outputs)} of 12 outputs"
             # Feed the talker one frame per output it gets back, like a caller in real time.
             if sent <= len(talker.outputs) + 1 and sent < len(talker_frames):
                 await engine.submit(plan("talker-e0-in-1", talker_frames[sent]))

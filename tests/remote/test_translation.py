@@ -129,10 +129,12 @@ async def recording():
         await server.close()
 
 
-async def settle(session: FakeSession, count: int) -> None:
-    for _ in range(200):
-        if len(session.received) >= count:
-            return
+async def settle(session: FakeSession, count: int, timeout: float = 10.0) -> None:
+    """Until the fake server has received ``count`` messages (a poll of its record)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(session.received) < count:
+        assert loop.time() < deadline, f"the server got {len(session.received)} of {count} messages"
         await asyncio.sleep(0.01)
 
 

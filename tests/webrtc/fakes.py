@@ -33,16 +33,27 @@ class FakeConversation:
         self.sent: list[ClientEvent] = []
         self.closed_reason: str | None = None
         self._events: asyncio.Queue[ServerEvent | None] = asyncio.Queue()
+        self._all_handled = asyncio.Event()  # the reader is back for more, and none is waiting
 
     def send(self, event: ClientEvent) -> None:
         self.sent.append(event)
 
     def emit(self, event: ServerEvent) -> None:
+        self._all_handled.clear()
         self._events.put_nowait(event)
 
     async def events(self) -> AsyncIterator[ServerEvent]:
-        while (event := await self._events.get()) is not None:
-            yield event
+        while True:
+            if self._events.empty():
+                self._all_handled.set()
+            event = await self._events.get()
+            if event is None:
+                return
+            yield event  # the reader's handling of it runs before this generator resumes
+
+    async def handled(self, timeout: float = 5.0) -> None:
+        """Until the reader has handled every emitted event and asks for the next."""
+        await asyncio.wait_for(self._all_handled.wait(), timeout)
 
     async def close(self, reason: str = "client_closed") -> None:
         if self.closed_reason is None:

@@ -36,11 +36,6 @@ def delta(response_id: str, ms: float, rate: int = 24000, start_ms: float = 0.0)
     )
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
 @pytest.fixture
 async def call():
     conversation = FakeConversation()
@@ -88,7 +83,7 @@ async def test_barge_in_clears_then_cancels_then_acks_the_played_position(call):
     conversation.send = watching_send
     conversation.emit(ResponseCreated(response_id="r1", item_id="i-r1"))
     conversation.emit(delta("r1", 1000))
-    await settle()
+    await conversation.handled()
     for _ in range(5):
         assert path.next_frame().any()
         path.push_caller_frame(QUIET, 48000)
@@ -110,7 +105,7 @@ async def test_barge_in_clears_then_cancels_then_acks_the_played_position(call):
 
     conversation.emit(delta("r1", 200, start_ms=1000))  # in flight before the cancel landed
     conversation.emit(ResponseDone(response_id="r1", status="cancelled", reason="barge_in"))
-    await settle()
+    await conversation.handled()
     assert not path.next_frame().any()
     assert len(conversation.sent_of(PlaybackAck)) == 1
     assert [e.type for e in events][-1] == "response.done"
@@ -121,7 +116,7 @@ async def test_listen_policy_keeps_playing_over_caller_speech(call):
     path.update_session({"overlap_policy": "listen"})
     assert conversation.sent[-1] == SessionUpdate(session={"overlap_policy": "listen"})
     conversation.emit(delta("r1", 500))
-    await settle()
+    await conversation.handled()
     for _ in range(5):
         path.next_frame()
         path.push_caller_frame(LOUD, 48000)
@@ -139,11 +134,11 @@ async def test_finished_response_is_acked_with_its_full_duration_and_turn_latenc
         if i == 50:
             after_end = time.perf_counter()
     conversation.emit(SpeechStopped(audio_end_ms=1000, item_id="u1"))
-    await settle()
+    await conversation.handled()
     assert path.state == "thinking"
     conversation.emit(delta("r1", 100))
     conversation.emit(ResponseAudioDone(response_id="r1", item_id="i-r1"))
-    await settle()
+    await conversation.handled()
     played_from = time.perf_counter()
     for _ in range(8):
         path.next_frame()
@@ -159,11 +154,11 @@ async def test_finished_response_is_acked_with_its_full_duration_and_turn_latenc
 async def test_runner_cancel_drops_queued_audio_and_acks(call):
     conversation, path, _, _ = call
     conversation.emit(delta("r1", 1000))
-    await settle()
+    await conversation.handled()
     path.next_frame()
     path.next_frame()
     conversation.emit(ResponseDone(response_id="r1", status="cancelled", reason="barge_in"))
-    await settle()
+    await conversation.handled()
     assert not path.next_frame().any()
     assert conversation.sent_of(PlaybackAck)[0].played_ms == 2 * FRAME_MS
 

@@ -118,13 +118,21 @@ async def test_wait_for_playout_returns_the_position_played_and_whether_it_was_c
         pacer.cancel()
 
 
+async def _after_what_is_scheduled() -> None:
+    """Back once every callback scheduled so far has run, and the tasks those woke have
+    stepped (the loop runs ready callbacks in order): an ordering signal, not a wait."""
+    turn = asyncio.Event()
+    asyncio.get_running_loop().call_soon(turn.set)
+    await turn.wait()
+
+
 async def test_wait_for_audio_returns_when_audio_is_queued_and_at_once_while_some_is():
     queue = PlayoutQueue()
     waiter = asyncio.ensure_future(queue.wait_for_audio())
-    await asyncio.sleep(0)  # the waiter is parked on the empty queue
+    await asyncio.sleep(0)  # the waiter's first step: a return at once would finish it here
     assert not waiter.done()
-    queue.capture(np.zeros(0, np.float32), "r1")  # nothing to play: still waiting
-    await asyncio.sleep(0)
+    queue.capture(np.zeros(0, np.float32), "r1")  # nothing to play: no wake-up
+    await _after_what_is_scheduled()
     assert not waiter.done()
     queue.capture(tone(40), "r1")
     await asyncio.wait_for(waiter, 5)
@@ -132,7 +140,7 @@ async def test_wait_for_audio_returns_when_audio_is_queued_and_at_once_while_som
     queue.next_frame(), queue.next_frame()
     assert not queue.next_frame().any()
     again = asyncio.ensure_future(queue.wait_for_audio())  # played out: waits again
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # its first step
     assert not again.done()
     again.cancel()
 
