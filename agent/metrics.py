@@ -49,6 +49,12 @@ END_OF_TURN_INFERENCES = Counter(
     "duplex_end_of_turn_inferences", "Pauses shown to the end-of-turn model (one inference each: its CPU cost)",
     registry=REGISTRY,
 )
+END_OF_TURN_CPU_SECONDS = Counter(
+    "duplex_end_of_turn_cpu_seconds",
+    "CPU time of the end-of-turn model's inferences, on its inference thread (all of it with EOT_PARALLELISM=none, "
+    "the worker's default)",
+    registry=REGISTRY,
+)
 END_OF_TURN_CONFIDENT = Counter(
     "duplex_end_of_turn_confident",
     "Pauses the end-of-turn model judged the end of the turn (it ends after the short window unless speech resumes)",

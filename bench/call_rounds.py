@@ -176,6 +176,7 @@ class Scrape:
     sessions: float = 0.0
     underruns: float = 0.0
     end_of_turn_inferences: float = 0.0
+    end_of_turn_cpu_s: float = 0.0
     barge_in_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
 
     def barge_ins_since(self, earlier: Scrape) -> dict[float, float]:
@@ -202,6 +203,8 @@ def scrape(port: int, *, tries: int = 3) -> Scrape | None:
                 out.underruns = sample.value
             elif sample.name == "duplex_end_of_turn_inferences_total":
                 out.end_of_turn_inferences = sample.value
+            elif sample.name == "duplex_end_of_turn_cpu_seconds_total":
+                out.end_of_turn_cpu_s = sample.value
             elif sample.name == "duplex_barge_in_latency_ms_bucket":
                 out.barge_in_buckets[float(sample.labels["le"])] = sample.value
     return out
@@ -296,6 +299,7 @@ class Round:
     window_s: float = float("nan")
     worker_cores: float = float("nan")
     native_cores: float = float("nan")  # of worker_cores, in threads a native library started
+    end_of_turn_cores: float = float("nan")  # of worker_cores, the end-of-turn model's inferences
     server_cores: float = 0.0
     callers_cores: float = float("nan")
     loop_waited: float = float("nan")  # share of the window the worker's loop thread waited for a CPU
@@ -449,6 +453,7 @@ class Rig:
             if kind(path) == "livekit" and self.server is not None:
                 pids["server"] = self.server.pid
             spy = start_profile(worker.pid, args.window, self.log_dir / f"{path}-{sessions}.txt") if profile else None
+            eot0 = scrape(port)
             before = {k: tree_cpu_s(pid) for k, pid in pids.items()}
             native0 = native_thread_cpu_s(worker.pid)
             waited0 = run_queue_wait_s(worker.pid)
@@ -459,6 +464,9 @@ class Rig:
             waited = run_queue_wait_s(worker.pid) - waited0
             busy1 = all_cpu_s()
             wall = time.perf_counter() - t0
+            eot1 = scrape(port)
+            if eot0 is not None and eot1 is not None:
+                result.end_of_turn_cores = (eot1.end_of_turn_cpu_s - eot0.end_of_turn_cpu_s) / wall
             result.native_cores = (native1 - native0) / wall
             result.machine_cores = cpu_delta(busy0, busy1) / wall
             result.window_s = wall
@@ -512,6 +520,7 @@ PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, p
     ("Opus encode", (r"\brecv \(.*webrtc/direct/tracks\.py", r"\bencode \(.*codecs/opus\.py")),
     ("Opus decode", (r"\bdecoder_worker \(", r"\bput \(.*webrtc/direct/tracks\.py", r"\bdecode \(.*codecs/opus\.py")),
     ("Silero VAD (onnxruntime)", (r"onnxruntime", r"models/vad\.py")),
+    ("end-of-turn model", (r"models/end_of_turn\.py",)),
     ("resampling (soxr)", (r"soxr", r"protocol/audio\.py")),
     ("RTP audio level (aiortc)", (r"\bcompute_audio_level_dbov",)),
     ("data channel (SCTP/DTLS)", (r"rtcsctptransport\.py", r"rtcdatachannel\.py")),
@@ -589,9 +598,12 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
           "question -> ~300 ms of reply -> interruption + question ...; per call = (worker cores - its idle) / calls; "
           "of it native = the part in threads a native library started and named (livekit's FFI media: WebRTC, "
           "Opus, tokio), per call, its fixed cost included: what no change in this project's Python can remove; "
+          "of it end-of-turn = the end-of-turn model's inferences, per call (the worker's "
+          "duplex_end_of_turn_cpu_seconds over the window); "
           "loop waited = share of the window the worker's main thread was runnable but had no CPU (schedstat)")
     print()
     header = (f"{'path':16} | {'calls':>5} | {'worker cores':>12} | {'% core per call':>15} | {'of it native':>12} | "
+              f"{'of it end-of-turn':>17} | "
               f"{'x echo floor':>12} | {'x control':>9} | {'loop waited':>11} | {'barge-in p50/p95 ms (n)':>23} | "
               f"{'underruns':>9}")
     print(header)
@@ -615,7 +627,10 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
             if not r.complete:
                 notes.append("not every call was up: left out of the verdicts below")
             native = f"{100 * r.native_cores / max(1, r.serving or r.sessions):12.2f}" if r.native_cores > 0 else f"{'-':>12}"
-            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {native} | {ratio:>12} | {versus:>9} | "
+            eot = (f"{100 * r.end_of_turn_cores / max(1, r.serving or r.sessions):17.2f}"
+                   if r.end_of_turn_cores > 0 else f"{'-':>17}")
+            print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {native} | {eot} | {ratio:>12} | "
+                  f"{versus:>9} | "
                   f"{100 * r.loop_waited:10.0f}% | {bi:>23} | "
                   f"{r.underruns if r.path != 'echo' else '-':>9}" + (f"   [{'; '.join(notes)}]" if notes else ""))
     for line in skipped:
@@ -637,6 +652,10 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
         if target is not None:
             verdict = (f"; {per_call(large, idle):.2f}% per call at {large.sessions} against a target of <= {target}%: "
                        f"{'met' if per_call(large, idle) <= target else 'NOT met'}")
+            if large.end_of_turn_cores > 0:
+                without = per_call(large, idle) - 100 * large.end_of_turn_cores / large.sessions
+                verdict += (f"; without the end-of-turn model's inferences {without:.2f}%: "
+                            f"{'met' if without <= target else 'NOT met'}")
         print(f"  {describe(path)}: {large.sessions} vs {small.sessions} calls: {growth:.2f}x "
               f"({'linear' if growth <= LINEAR_WITHIN else 'NOT linear'}){verdict}")
     print()
@@ -644,8 +663,8 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
           "worker's figure), callers = the callers' process, rest = everything else on the machine (other workers, "
           "this bench, unrelated processes); the callers' view: no reply within 12 s, onset sent -> the agent "
           "heard to stop, question's end sent -> reply heard (500 ms end-of-turn silence included); end-of-turn "
-          "inferences = pauses the worker showed its end-of-turn model, per call per minute of the round (each "
-          "costs about 40 ms of CPU here)")
+          "inferences = pauses the worker showed its end-of-turn model, per call per minute of the round (their CPU "
+          "is the first table's 'of it end-of-turn')")
     header2 = (f"{'path':16} | {'calls':>5} | {'server':>6} | {'callers':>7} | {'rest':>5} | {'machine':>7} | "
                f"{'unanswered':>10} | {'heard stop p50 ms':>17} | {'reply heard p50 ms':>18} | "
                f"{'end-of-turn inferences':>22}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,23 @@ def test_end_of_turn_model_is_shared_and_runs_on_its_own_thread():
     assert threads[1].name.startswith("end-of-turn") and threads[1] is not threading.current_thread()
 
 
+def test_each_inference_runs_on_one_thread_and_its_cpu_is_counted():
+    """One inference, one thread: the process's CPU over the inferences is the counter's (the
+    library's default splits an inference over helper threads it starts, and the inference
+    thread then sees about a third of it)."""
+    model = EndOfTurnModel.shared()
+    audio = utterance(speak, FINISHED[0])
+    model.probability(audio)  # warm
+    counted = REGISTRY.get_sample_value("duplex_end_of_turn_cpu_seconds_total") or 0.0
+    process = time.process_time()
+    for _ in range(5):
+        model.probability(audio)
+    process = time.process_time() - process
+    counted = REGISTRY.get_sample_value("duplex_end_of_turn_cpu_seconds_total") - counted
+    assert 0.0 < counted <= process
+    assert counted >= 0.8 * process, f"the inference thread saw {counted:.3f} s of the process's {process:.3f} s"
+
+
 def test_metrics_count_each_inference_and_each_confident_answer():
     """What the model costs and what it buys, as /metrics shows them: one inference per pause asked
     about, and the answers that ended a turn early (Piper's finished sentences: measured 6 of 8)."""
@@ -147,7 +165,7 @@ def test_metrics_count_each_inference_and_each_confident_answer():
     early = 0
     for text in FINISHED:
         audio = utterance(speak, text)
-        (end, on), (_, off) = stops(audio, True)[0], stops(audio, False)[0]
+        (_, on), (_, off) = stops(audio, True)[0], stops(audio, False)[0]
         early += on < off
     assert counted("inferences") - inferences == model.asked - asked >= len(FINISHED)
     assert counted("confident") - confident >= early >= 1
