@@ -1,8 +1,12 @@
-"""The benchmarks' shared arithmetic: histogram percentiles from /metrics, py-spy shares."""
+"""The benchmarks' shared arithmetic: histogram percentiles from /metrics, py-spy shares, and which
+rounds a growth figure may use."""
 
 import math
 
+import pytest
+
 from bench.call_rounds import profile_shares
+from bench.livekit_ffi import report
 from bench.stats import histogram_quantile, percentile
 
 
@@ -28,3 +32,16 @@ def test_profile_shares_name_the_innermost_known_part():
     ])
     shares = profile_shares(collapsed)
     assert shares == {"Silero VAD (onnxruntime)": 0.5, "Opus encode": 0.3, "asyncio loop and wake-ups": 0.2}
+
+
+def test_the_fan_out_growth_leaves_out_a_round_that_fell_behind(capsys: pytest.CaptureFixture[str]):
+    """An SDK round at 16 calls that read 19 of its 100 frames a second did a fifth of the work: its
+    low CPU per call must not read as the SDK scaling well."""
+    results = {("sdk", 4): (0.36, 100.0), ("ours", 4): (0.12, 50.0),
+               ("sdk", 8): (1.28, 99.0), ("ours", 8): (0.23, 50.0),
+               ("sdk", 16): (1.31, 19.0), ("ours", 16): (0.40, 50.0)}
+    report(results, [4, 8, 16])
+    out = capsys.readouterr().out
+    assert "sdk fell behind: 19 of 100 frames a second" in out
+    assert "sdk: per call at 8 over per call at 4: 1.78x (left out, fell behind: 16 calls)" in out
+    assert "ours: per call at 16 over per call at 4: 0.83x\n" in out
