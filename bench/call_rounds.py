@@ -54,6 +54,8 @@ LINEAR_WITHIN = 1.1
 CONTROL = "@control"
 #: A worker's loop thread that waited for a CPU this share of the window could not keep up.
 STARVED = 0.25
+#: A round with the machine this busy (share of its cores) is saturated.
+SATURATED = 0.9
 
 
 def kind(path: str) -> str:
@@ -324,6 +326,15 @@ class Round:
     def complete(self) -> bool:
         """Every call was up and served through the window: only such rounds give figures per call."""
         return self.ready and self.serving == self.sessions
+
+    def saturated(self, cores: int) -> bool:
+        """The machine had no CPU to spare: calls then fall behind (fewer turns, later replies) and
+        the worker does less than a call's share of work, so its figure per call reads low."""
+        return self.machine_cores >= SATURATED * cores
+
+    def measured(self, cores: int) -> bool:
+        """Only such rounds go into the verdicts."""
+        return self.complete and not self.saturated(cores)
 
 
 class Rig:
@@ -618,8 +629,9 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
                   if r.barge_ins else "-")
             count = f"{r.serving}" if r.serving == r.sessions else f"{r.serving}/{r.sessions}"
             notes = [r.note] if r.note else []
-            if r.machine_cores >= 0.9 * cores:
-                notes.append(f"machine saturated: {r.machine_cores:.2f} of {cores} cores busy")
+            if r.saturated(cores):
+                notes.append(f"machine saturated: {r.machine_cores:.2f} of {cores} cores busy"
+                             + (": left out of the verdicts below" if r.complete else ""))
             mine = control.get((kind(r.path), sessions)) if not is_control(r.path) else None
             versus = f"{per / mine:.2f}" if mine else "-"
             if r.loop_waited > STARVED:
@@ -639,10 +651,12 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print("per call at the largest N over per call at the smallest (linear: <= "
           f"{LINEAR_WITHIN:.1f}), and against the target:")
     for path in rig.paths:
-        for r in (r for r in rounds if r.path == path and not r.complete):
-            print(f"  {describe(path)}: {r.sessions} calls not measured: {r.serving} of them served in the window"
-                  f" ({r.note or 'callers not ready'}): this machine could not run them all")
-        mine = sorted((r for r in rounds if r.path == path and r.complete), key=lambda r: r.sessions)
+        for r in (r for r in rounds if r.path == path and not r.measured(cores)):
+            why = (f"{r.serving} of them served in the window ({r.note or 'callers not ready'})" if not r.complete
+                   else f"the machine was saturated ({r.machine_cores:.2f} of {cores} cores busy), so the calls fell "
+                        "behind and did less than their share")
+            print(f"  {describe(path)}: {r.sessions} calls not measured: {why}: this machine could not run them all")
+        mine = sorted((r for r in rounds if r.path == path and r.measured(cores)), key=lambda r: r.sessions)
         if not mine:
             continue
         small, large = mine[0], mine[-1]
@@ -678,7 +692,7 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
                   f"{statistics.median(r.heard_stop_ms) if r.heard_stop_ms else float('nan'):17.0f} | "
                   f"{statistics.median(r.reply_after_ms) if r.reply_after_ms else float('nan'):18.0f} | "
                   f"{r.end_of_turn_inferences / r.sessions / (r.took_s / 60) if r.took_s else float('nan'):22.1f}")
-    pooled = {path: [r for r in rounds if r.path == path and r.barge_ins] for path in rig.paths}
+    pooled = {path: [r for r in rounds if r.path == path and r.barge_ins and r.measured(cores)] for path in rig.paths}
     for path, mine in pooled.items():
         if not mine:
             continue
@@ -687,7 +701,7 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
             for le, count in r.barge_in.items():
                 buckets[le] = buckets.get(le, 0.0) + count
         at_80 = buckets.get(80.0, 0.0) / max(1.0, max(buckets.values()))
-        print(f"barge-in at the {path} worker, all rounds (its /metrics histogram, interpolated): "
+        print(f"barge-in at the {path} worker, all measured rounds (its /metrics histogram, interpolated): "
               f"p50 {histogram_quantile(buckets, 50):.0f} ms, p95 {histogram_quantile(buckets, 95):.0f} ms, "
               f"{100 * at_80:.0f}% within 80 ms (n={int(max(buckets.values()))}); the callers heard it stop "
               f"{summary([v for r in mine for v in r.heard_stop_ms], 'ms')}")

@@ -295,15 +295,22 @@ def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_na
 
 
 class LiveKitCaller(Caller):
+    """A caller on the real livekit SDK. Its audio goes through the worker's own FFI router
+    (``webrtc.livekit.ffi_audio``), as the worker's does: with the SDK's stock stream and source,
+    N callers in this one process wake N x N times per frame, and at 16 calls they took more of
+    this 2-core machine than the worker under test. What the worker receives is the same."""
+
     def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, token: str) -> None:
         super().__init__(index, speech)
         from livekit import rtc
+
+        from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource
 
         self._rtc = rtc
         self.url = url
         self.token = token
         self.room = rtc.Room()
-        self.source = rtc.AudioSource(SAMPLE_RATE, 1, queue_size_ms=MIC_QUEUE_MS)
+        self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=MIC_QUEUE_MS)
         self.room.on("track_subscribed", self._on_track)
 
     def _on_track(self, track, publication, participant) -> None:
@@ -311,10 +318,12 @@ class LiveKitCaller(Caller):
             self._tasks.append(asyncio.create_task(self._listen(track), name=f"caller-{self.index}-listen"))
 
     async def _listen(self, track) -> None:
-        stream = self._rtc.AudioStream(track, sample_rate=SAMPLE_RATE, num_channels=1)
+        from duplex_agent.webrtc.livekit.ffi_audio import CallerAudioStream
+
+        stream = CallerAudioStream(track, SAMPLE_RATE, frame_size_ms=10)  # the ear's 10 ms resolution
         try:
-            async for event in stream:
-                self.ear.hear(np.frombuffer(event.frame.data, np.int16).astype(np.float32) / 32768.0)
+            async for frame in stream:
+                self.ear.hear(np.frombuffer(frame.data, np.int16).astype(np.float32) / 32768.0)
         finally:
             await stream.aclose()
 
@@ -329,7 +338,7 @@ class LiveKitCaller(Caller):
         started = time.perf_counter()
         try:
             await asyncio.wait_for(self.room.connect(self.url, self.token), 20)
-            track = rtc.LocalAudioTrack.create_audio_track("mic", self.source)
+            track = rtc.LocalAudioTrack.create_audio_track("mic", self.source.source)
             await self.room.local_participant.publish_track(
                 track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
             self._tasks.append(asyncio.create_task(self._feed(), name=f"caller-{self.index}-feed"))

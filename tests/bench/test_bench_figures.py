@@ -45,3 +45,17 @@ def test_the_fan_out_growth_leaves_out_a_round_that_fell_behind(capsys: pytest.C
     assert "sdk fell behind: 19 of 100 frames a second" in out
     assert "sdk: per call at 8 over per call at 4: 1.78x (left out, fell behind: 16 calls)" in out
     assert "ours: per call at 16 over per call at 4: 0.83x\n" in out
+
+
+def test_a_round_on_a_saturated_machine_is_left_out_of_the_verdicts():
+    """LiveKit's 16-call round on 2 cores had every call up, but with the machine at 2.00 cores the
+    callers got 7 end-of-turn answers a minute instead of 20: the worker's low figure per call was
+    work not done, not linearity."""
+    from bench.call_rounds import Round
+
+    saturated = Round("livekit", 16, serving=16, ready=True, machine_cores=2.0)
+    busy = Round("direct", 16, serving=16, ready=True, machine_cores=1.3)
+    short = Round("livekit", 16, serving=15, ready=True, machine_cores=1.5)
+    assert saturated.complete and saturated.saturated(2) and not saturated.measured(2)
+    assert busy.measured(2)
+    assert not short.measured(2) and not short.saturated(2)
