@@ -525,6 +525,13 @@ class Rig:
 
 # ---------------------------------------------------------------- where the worker's time goes (py-spy)
 
+#: py-spy samples every thread that is runnable, and a thread woken in a blocking call stays runnable
+#: there until it gets a CPU: on a busy machine, that is much of what it records for the worker's loops.
+#: Such samples (their innermost frame a blocking call) are a wait, not work, and count apart.
+WAITING = "woken in a wait, not yet run (not work)"
+WAIT_FRAME = re.compile(r"^(?:\w+\.)?(?:select|poll|wait|_wait_for_tstate_lock|acquire|sleep) \(.*"
+                        r"(?:selectors|threading|asyncio/\w+|concurrent/futures/\w+)\.py")
+
 #: Innermost match wins: a sample counts for the first part whose pattern its stack meets, leaf first.
 #: py-spy names a frame "[Class.]function (path:line)"; libopus and soxr run inside the Python frame calling them.
 PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, patterns in (
@@ -544,7 +551,7 @@ PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, p
     ("call audio path", (r"webrtc/media/",)),
     ("session runner + plugin", (r"agent/session/", r"plugins/")),
     ("asyncio loop and wake-ups", (r"asyncio/", r"selectors\.py")),
-    ("threads (hand-offs, waits)", (r"threading\.py", r"concurrent/futures")),
+    ("threads (hand-offs)", (r"threading\.py", r"concurrent/futures")),
 ))
 
 
@@ -570,6 +577,15 @@ async def finish_profile(proc: subprocess.Popen[bytes]) -> dict[str, float]:
     return profile_shares(out.read_text(errors="replace"))
 
 
+def part_of(frames: list[str]) -> str:
+    """The PROFILE_PARTS entry of a stack (outermost frame first): the innermost frame that names one."""
+    for frame in reversed(frames):
+        hit = next((name for name, patterns in PROFILE_PARTS if any(p.search(frame) for p in patterns)), None)
+        if hit is not None:
+            return hit
+    return "other"
+
+
 def profile_shares(collapsed: str) -> dict[str, float]:
     """Share of samples per PROFILE_PARTS entry from py-spy's raw (collapsed stacks) output."""
     counts: dict[str, float] = {}
@@ -582,12 +598,7 @@ def profile_shares(collapsed: str) -> dict[str, float]:
             continue
         total += count
         frames = stack.split(";")
-        part = "other"
-        for frame in reversed(frames):
-            hit = next((name for name, patterns in PROFILE_PARTS if any(p.search(frame) for p in patterns)), None)
-            if hit is not None:
-                part = hit
-                break
+        part = WAITING if WAIT_FRAME.match(frames[-1]) else part_of(frames)
         counts[part] = counts.get(part, 0.0) + count
     return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: -kv[1])} if total else {}
 
@@ -708,7 +719,8 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     profiled = [r for r in rounds if r.profile]
     if profiled:
         print()
-        print("where the worker's time goes (py-spy, all threads, share of samples; innermost part named wins):")
+        print("where the worker's time goes (py-spy, all threads, share of samples; innermost part named wins; "
+              f"'{WAITING}' = a thread woken in a blocking call, runnable but without a CPU yet):")
         parts = sorted({k for r in profiled for k in r.profile}, key=lambda k: -max(r.profile.get(k, 0) for r in profiled))
         print(f"  {'part':44}" + "".join(f" | {r.path + ' ' + str(r.sessions):>11}" for r in profiled))
         for part in parts:

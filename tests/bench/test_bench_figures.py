@@ -28,10 +28,26 @@ def test_profile_shares_name_the_innermost_known_part():
         "main (x.py:1);PlayoutTrack.recv (webrtc/direct/tracks.py:90) 30",
         "main (x.py:1);_run_once (/usr/lib/asyncio/base_events.py:1);push_caller_frame (/w/webrtc/media/call_audio.py:1);"
         "run (/v/onnxruntime/capi/session.py:2) 50",
-        "main (x.py:1);select (/usr/lib/selectors.py:3) 20",
+        "main (x.py:1);_run_once (/usr/lib/asyncio/base_events.py:1) 10",
+        "main (x.py:1);_run_once (/usr/lib/asyncio/base_events.py:1);EpollSelector.select (/usr/lib/selectors.py:3) 10",
     ])
     shares = profile_shares(collapsed)
-    assert shares == {"Silero VAD (onnxruntime)": 0.5, "Opus encode": 0.3, "asyncio loop and wake-ups": 0.2}
+    assert shares == {"Silero VAD (onnxruntime)": 0.5, "Opus encode": 0.3, "asyncio loop and wake-ups": 0.1,
+                      "woken in a wait, not yet run (not work)": 0.1}
+
+
+def test_a_thread_runnable_in_a_blocking_call_is_waiting_not_working():
+    """py-spy samples a thread woken in epoll or a condition until it gets a CPU: on a busy machine
+    that was half of what it recorded for the LiveKit worker, and read as the event loop's cost."""
+    loop = "run_forever (/usr/lib/asyncio/base_events.py:607);_run_once (/usr/lib/asyncio/base_events.py:1884)"
+    collapsed = "\n".join([
+        f"thread (1): job;{loop};EpollSelector.select (/usr/lib/selectors.py:468) 50",
+        "thread (2): w;_worker (/usr/lib/concurrent/futures/thread.py:81);Condition.wait (/usr/lib/threading.py:331) 10",
+        f"thread (1): job;{loop};_write_to_self (/usr/lib/asyncio/selector_events.py:139) 20",
+        f"thread (1): job;{loop};CallAudioPath.push_caller_frame (/w/webrtc/media/call_audio.py:80) 20",
+    ])
+    assert profile_shares(collapsed) == {"woken in a wait, not yet run (not work)": 0.6,
+                                         "asyncio loop and wake-ups": 0.2, "call audio path": 0.2}
 
 
 def test_the_fan_out_growth_leaves_out_a_round_that_fell_behind(capsys: pytest.CaptureFixture[str]):
