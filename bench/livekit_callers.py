@@ -295,10 +295,11 @@ def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_na
 
 
 class LiveKitCaller(Caller):
-    """A caller on the real livekit SDK. Its audio goes through the worker's own FFI router
-    (``webrtc.livekit.ffi_audio``), as the worker's does: with the SDK's stock stream and source,
-    N callers in this one process wake N x N times per frame, and at 16 calls they took more of
-    this 2-core machine than the worker under test. What the worker receives is the same."""
+    """A caller on the real livekit SDK. Its audio and room events reach it as the worker's do
+    (``webrtc.livekit.ffi_audio``, ``webrtc.livekit.ffi_room``): with the SDK's stock stream,
+    source and room, N callers in this one process wake N x N times per frame, and at 16 calls
+    they took more of this 2-core machine than the worker under test. What the worker receives
+    is the same."""
 
     def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, token: str) -> None:
         super().__init__(index, speech)
@@ -334,10 +335,13 @@ class LiveKitCaller(Caller):
             await self.source.capture_frame(rtc.AudioFrame(frame.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES))
 
     async def connect(self) -> None:
+        from duplex_agent.webrtc.livekit.ffi_room import narrow_room_events
+
         rtc = self._rtc
         started = time.perf_counter()
         try:
             await asyncio.wait_for(self.room.connect(self.url, self.token), 20)
+            narrow_room_events(self.room)
             track = rtc.LocalAudioTrack.create_audio_track("mic", self.source.source)
             await self.room.local_participant.publish_track(
                 track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))

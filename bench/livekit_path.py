@@ -1,7 +1,8 @@
 """The LiveKit path's CPU per call at 4, 8 and 16 simultaneous calls, against a bare aiortc echo peer.
 
-a. The livekit FFI audio fan-out alone (``bench.livekit_ffi``): N calls' audio in and out of
-   one process, the SDK's own source and stream against ours, alternating, same run.
+a. The livekit FFI fan-outs alone, the SDK's way against ours, alternating, same run: N calls'
+   audio in and out of one process (``bench.livekit_ffi``), and N rooms in one process whose
+   agents speak all the time (``bench.livekit_rooms``: room subscriptions as shipped vs narrowed).
 b. Whole calls: three processes besides the callers, the loopback LiveKit server, the LiveKit
    worker (``bench.livekit_worker``, scripted plugin) and the transport floor
    (``bench.echo_peer``); rounds alternate between the worker and the floor at each N (and a
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import livekit_ffi
+from bench import livekit_ffi, livekit_rooms
 from bench.call_rounds import main, parse_args
 
 if __name__ == "__main__":
@@ -29,5 +30,8 @@ if __name__ == "__main__":
     if seconds:
         print("a. the livekit FFI audio fan-out alone (N calls, a thread and loop each, in this process)", flush=True)
         livekit_ffi.report(livekit_ffi.run(args.session_counts, seconds), args.session_counts)
+        print("   the room-event fan-out alone (N rooms whose agents speak all the time, a thread and loop each)",
+              flush=True)
+        livekit_rooms.run_and_report(args.session_counts, seconds)
     print("b. whole calls through the loopback LiveKit server", flush=True)
     sys.exit(main(("livekit", "echo"), "the LiveKit path's CPU per call", args=args))
