@@ -545,7 +545,7 @@ PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, p
     ("RTP/SRTP send and receive", (r"rtcrtpsender\.py", r"rtcrtpreceiver\.py", r"rtcdtlstransport\.py",
                                    r"pylibsrtp", r"jitterbuffer\.py", r"aiortc/rtp\.py")),
     ("ICE/UDP", (r"aioice",)),
-    ("livekit FFI events", (r"livekit/rtc/_ffi_client\.py", r"livekit/rtc/_utils\.py", r"livekit/ffi_audio\.py",
+    ("livekit FFI events", (r"livekit/rtc/_ffi_client\.py", r"livekit/rtc/_utils\.py", r"livekit/ffi_audio\.py", r"livekit/ffi_router\.py",
                             r"livekit/rtc/audio_stream\.py", r"livekit/rtc/audio_source\.py")),
     ("livekit SDK (other)", (r"livekit/rtc/", r"livekit/agents/")),
     ("call audio path", (r"webrtc/media/",)),

@@ -296,7 +296,7 @@ def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_na
 
 class LiveKitCaller(Caller):
     """A caller on the real livekit SDK. Its audio and room events reach it as the worker's do
-    (``webrtc.livekit.ffi_audio``, ``webrtc.livekit.ffi_room``): with the SDK's stock stream,
+    (``webrtc.livekit.ffi_router``): with the SDK's stock stream,
     source and room, N callers in this one process wake N x N times per frame, and at 16 calls
     they took more of this 2-core machine than the worker under test. What the worker receives
     is the same."""
@@ -335,13 +335,13 @@ class LiveKitCaller(Caller):
             await self.source.capture_frame(rtc.AudioFrame(frame.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES))
 
     async def connect(self) -> None:
-        from duplex_agent.webrtc.livekit.ffi_room import narrow_room_events
+        from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 
         rtc = self._rtc
         started = time.perf_counter()
         try:
             await asyncio.wait_for(self.room.connect(self.url, self.token), 20)
-            narrow_room_events(self.room)
+            FfiRouter.shared().own_room(self.room)
             track = rtc.LocalAudioTrack.create_audio_track("mic", self.source.source)
             await self.room.local_participant.publish_track(
                 track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))

@@ -2,7 +2,7 @@
 
 a. The livekit FFI fan-outs alone, the SDK's way against ours, alternating, same run: N calls'
    audio in and out of one process (``bench.livekit_ffi``), and N rooms in one process whose
-   agents speak all the time (``bench.livekit_rooms``: room subscriptions as shipped vs narrowed).
+   agents speak all the time (``bench.livekit_rooms``: room subscriptions as shipped vs routed).
 b. Whole calls: three processes besides the callers, the loopback LiveKit server, the LiveKit
    worker (``bench.livekit_worker``, scripted plugin) and the transport floor
    (``bench.echo_peer``); rounds alternate between the worker and the floor at each N (and a

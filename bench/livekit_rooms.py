@@ -1,11 +1,11 @@
-"""The livekit room-event fan-out alone: N rooms in one process, each as the SDK ships it vs narrowed.
+"""The livekit room-event fan-out alone: N rooms in one process, each as the SDK ships it vs routed.
 
 Each call is a thread with its own event loop, as livekit-agents runs jobs, connected to a room of
 its own on the loopback LiveKit server (its own process). Each one's agent speaks all the time (20
 ms frames captured into an audio source, paced by the source's queue; the source is not published,
 so no Opus encode hides the difference) and changes its state attribute twice a second. The SDK subscribes each room to every FFI event of the process but audio
 and video frames, so every room's loop wakes for every call's capture acknowledgements and room
-events; ``narrow``: ``webrtc.livekit.ffi_room.narrow_room_events`` lets each room take only its own.
+events; ``routed``: ``webrtc.livekit.ffi_router`` hands each room only its own.
 Captures go through the FFI router in both modes, so the modes differ only in the rooms' wake-ups.
 The modes alternate at each N in the same run; CPU is this process's, the server's left out.
 
@@ -26,12 +26,12 @@ from livekit import api, rtc
 
 from bench.call_rounds import API_KEY, API_SECRET, children_take_sigint, start_loopback_server
 from bench.livekit_ffi import report
-from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, FfiAudioRouter
-from duplex_agent.webrtc.livekit.ffi_room import narrow_room_events
+from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource
+from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 
 RATE = 48000
 FRAME = rtc.AudioFrame((np.arange(960, dtype=np.int16) % 200).tobytes(), RATE, 1, 960)
-MODES = ("sdk", "narrow")
+MODES = ("sdk", "routed")
 
 
 def token(room: str, identity: str) -> str:
@@ -43,8 +43,8 @@ async def one_call(url: str, mode: str, index: int, joined: threading.Barrier, s
                    captured: list[int]) -> None:
     room = rtc.Room()
     await room.connect(url, token(f"{mode}-{index}", f"agent-{index}"))
-    if mode == "narrow":
-        narrow_room_events(room)
+    if mode == "routed":
+        FfiRouter.shared().own_room(room)
     source = AgentVoiceSource(RATE, 1, queue_size_ms=60)  # not published: no encode, only its acknowledgements
     await asyncio.to_thread(joined.wait)
     next_state = time.monotonic()
@@ -94,7 +94,7 @@ def run_and_report(calls: list[int], seconds: float) -> None:
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
     children_take_sigint()
-    FfiAudioRouter.shared()  # livekit's FFI client, made on this thread: the SDK's lazy one races between threads
+    FfiRouter.shared()  # livekit's FFI client, made on this thread: the SDK's lazy one races between threads
     with tempfile.TemporaryDirectory(prefix="bench-rooms-") as log_dir:
         server, url = start_loopback_server(Path(log_dir), interface_ipv4())
         try:
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--calls", default="4,8,16")
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    print("== the livekit room-event fan-out: N rooms (a thread and loop each) in one process, SDK vs narrowed ==")
+    print("== the livekit room-event fan-out: N rooms (a thread and loop each) in one process, SDK vs routed ==")
     run_and_report([int(n) for n in args.calls.split(",")], args.seconds)
 
 

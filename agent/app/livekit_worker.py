@@ -29,7 +29,7 @@ from livekit import agents
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.session.ports import DuplexBackend
-from duplex_agent.webrtc.livekit.ffi_room import narrow_room_events
+from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 
 log = logging.getLogger("duplex_agent.livekit")
@@ -132,7 +132,7 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
 
     async def entrypoint(ctx: agents.JobContext) -> None:
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
-        narrow_room_events(ctx.room)  # this job's loop wakes for its own room's events only
+        FfiRouter.shared().own_room(ctx.room)  # this job's loop wakes for its own room's events only
         call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
         log.info("job %s: room %s", ctx.job.id, ctx.room.name)
         calls.add(call)

@@ -10,7 +10,7 @@ from livekit import rtc
 
 from devtools.speech import speak, transcribe
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
-from duplex_agent.webrtc.livekit.ffi_room import narrow_room_events
+from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from tests.integration.conftest import Microphone
 from tests.webrtc.client_peer import wait_for
 
@@ -66,7 +66,7 @@ class LiveKitCaller:
 
     async def join(self, *, publish: bool = True) -> None:
         await asyncio.wait_for(self.room.connect(self.url, self.token), 20)
-        narrow_room_events(self.room)  # as the worker does: no wake-ups for the other callers' events
+        FfiRouter.shared().own_room(self.room)  # as the worker does: no wake-ups for the other callers' events
         if publish:
             await self.publish_microphone()
 

@@ -4,8 +4,8 @@ import sys
 import numpy as np
 import pytest
 
-from duplex_agent.agent.models.model_errors import MissingModelError
 from devtools.speech import espeak
+from duplex_agent.agent.models.model_errors import MissingModelError
 from duplex_agent.plugins.reference.asr import WhisperRecognizer, without_loop
 from duplex_agent.plugins.reference.tts import PiperSynthesizer
 from duplex_agent.plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir

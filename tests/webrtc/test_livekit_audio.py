@@ -7,7 +7,8 @@ import pytest
 from livekit import rtc
 from livekit.rtc._ffi_client import FfiClient
 
-from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream, FfiAudioRouter
+from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
+from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 
 pytestmark = pytest.mark.asyncio
 
@@ -46,7 +47,7 @@ async def _loop_through(level: int, frames: int) -> tuple[list[int], int]:
 
 async def test_two_calls_each_hear_only_their_own_audio_with_one_listener_for_the_process():
     subscribers = len(FfiClient.instance.queue._subscribers)
-    router = FfiAudioRouter.shared()
+    router = FfiRouter.shared()
     routed = router.routed
     (one, size), (two, _) = await asyncio.gather(_loop_through(1000, 60), _loop_through(2000, 60))
     assert set(one) == {1000} and set(two) == {2000}
@@ -57,7 +58,7 @@ async def test_two_calls_each_hear_only_their_own_audio_with_one_listener_for_th
 
 
 async def test_the_router_delivers_nothing_through_the_sdk_queue():
-    router = FfiAudioRouter.shared()
+    router = FfiRouter.shared()
     from livekit.rtc._proto import ffi_pb2
 
     foreign = ffi_pb2.FfiEvent()

@@ -1,0 +1,183 @@
+"""One process-wide listener for livekit's FFI events, handing each to the one loop that waits for it.
+
+The livekit SDK (1.1) hands every FFI event of the process to every subscriber, and
+subscribes generously: an ``AudioStream`` listens for every stream's audio events and
+keeps its own; ``AudioSource.capture_frame`` subscribes with no filter for each 20 ms
+frame it sends; each ``Room`` takes every event but audio and video frames (every other
+room's events, every call's capture acknowledgements) and looks at each on its own
+loop. With N calls in one process (jobs are threads of one worker) each of those is N x
+N wake-ups, and the SDK's dispatch itself runs every subscriber's filter for every event.
+
+``FfiRouter`` subscribes once and reads each event on the SDK's callback thread: caller
+frames go by stream handle, capture acknowledgements by request id, room events by room
+handle, RPC invocations by local participant handle, each to the one loop that waits for
+it. Its filter returns False for everything, so the SDK queues nothing for it; the
+streams, sources and rooms it takes over leave the SDK's list of subscribers. They stay
+the SDK's own objects; only how their events reach them changes. This leans on the pinned
+SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._listen_task``,
+``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py
+and tests/livekit/test_room_events.py check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from livekit import rtc
+from livekit.rtc._ffi_client import FfiClient
+from livekit.rtc._proto import ffi_pb2 as proto_ffi
+from livekit.rtc._utils import Queue
+
+log = logging.getLogger("duplex_agent.livekit")
+
+#: Capture acknowledgements that came before their request returned, kept until claimed.
+_EARLY_KEPT = 256
+#: Callbacks a room's local participant awaits through its room's listener (``Room._room_queue``).
+_ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
+
+_Target = tuple[asyncio.AbstractEventLoop, Queue[Any]]
+
+
+class FfiRouter:
+    """Routes stream events by stream handle, capture callbacks by request id, room events by room."""
+
+    _instance: FfiRouter | None = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[int, _Target] = {}
+        self._rooms: dict[int, _Target] = {}  # by room handle
+        self._participants: dict[int, _Target] = {}  # a room's, by its local participant's handle
+        self._captures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
+        self._early: OrderedDict[int, Any] = OrderedDict()
+        self.routed = 0  # events handed to a loop (for tests and benchmarks)
+        # The SDK would use this loop only for events the filter lets through: none.
+        self._unused_loop = asyncio.new_event_loop()
+        FfiClient.instance.queue.subscribe(self._unused_loop, filter_fn=self._route)
+
+    @classmethod
+    def shared(cls) -> FfiRouter:
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    # ---- on the SDK's callback thread ----
+
+    def _route(self, event: proto_ffi.FfiEvent) -> bool:
+        try:
+            kind = event.WhichOneof("message")
+            if kind == "audio_stream_event":
+                with self._lock:
+                    target = self._streams.get(event.audio_stream_event.stream_handle)
+                self._deliver(event, target)
+            elif kind == "room_event":
+                with self._lock:
+                    target = self._rooms.get(event.room_event.room_handle)
+                self._deliver(event, target)
+            elif kind == "rpc_method_invocation":
+                with self._lock:
+                    target = self._participants.get(event.rpc_method_invocation.local_participant_handle)
+                self._deliver(event, target)
+            elif kind in _ROOM_CALLBACKS:  # rare: each room's listener passes on only what its participant awaits
+                with self._lock:
+                    targets = list(self._rooms.values())
+                for target in targets:
+                    self._deliver(event, target)
+            elif kind == "capture_audio_frame":
+                async_id = event.capture_audio_frame.async_id
+                with self._lock:
+                    waiter = self._captures.pop(async_id, None)
+                    if waiter is None:
+                        self._early[async_id] = event
+                        while len(self._early) > _EARLY_KEPT:
+                            self._early.popitem(last=False)
+                if waiter is not None:
+                    waiter[0].call_soon_threadsafe(_resolve, waiter[1], event)
+                    self.routed += 1
+        except Exception:  # never let the SDK deliver an event to our unused loop
+            log.exception("routing an FFI event failed")
+        return False
+
+    def _deliver(self, event: proto_ffi.FfiEvent, target: _Target | None) -> None:
+        if target is not None:
+            target[0].call_soon_threadsafe(target[1].put_nowait, event)
+            self.routed += 1
+
+    # ---- from the calls' loops ----
+
+    def own_room(self, room: rtc.Room) -> None:
+        """Let a connected ``room`` receive only its own events, through this router.
+
+        The room's listener (``Room._listen_task``) acts on its own room events and on RPC
+        invocations for its local participant, and passes the publish and unpublish callbacks
+        on to that participant; every other request the SDK makes waits on a subscription of
+        its own. So those are what the room's queue gets; it leaves the SDK's subscribers.
+        """
+        if not room.isconnected():
+            raise RuntimeError("only a connected room's events can be routed")
+        room_handle = room._ffi_handle.handle
+        participant_handle = room.local_participant._ffi_handle.handle
+        target = (room._loop, room._ffi_queue)
+        # Under the SDK's dispatch lock, as in own_stream: every event reaches the queue once.
+        with FfiClient.instance.queue._lock:
+            FfiClient.instance.queue.unsubscribe(room._ffi_queue)
+            with self._lock:
+                self._rooms[room_handle] = target
+                self._participants[participant_handle] = target
+        room._task.add_done_callback(lambda _: self._forget_room(room_handle, participant_handle))
+
+    def _forget_room(self, room_handle: int, participant_handle: int) -> None:
+        with self._lock:
+            self._rooms.pop(room_handle, None)
+            self._participants.pop(participant_handle, None)
+
+    def own_stream(self, stream: rtc.AudioStream) -> None:
+        """Let ``stream`` receive only its own events, through this router."""
+        loop = stream._loop
+        queue: Queue[Any] = Queue()
+        old, stream._ffi_queue = stream._ffi_queue, queue
+        # Switch over under the SDK's dispatch lock (taken before ours, as its callback thread
+        # does): every event then reaches exactly one of the two queues, none is lost or doubled
+        # (a frame seen twice would free its native buffer twice).
+        with FfiClient.instance.queue._lock:
+            FfiClient.instance.queue.unsubscribe(old)
+            with self._lock:
+                self._streams[stream._ffi_handle.handle] = (loop, queue)
+
+        # Events the SDK put on the old queue before it was unsubscribed are already
+        # scheduled on this loop; move them over once they have landed.
+        def move() -> None:
+            while not old.empty():
+                queue.put_nowait(old.get_nowait())
+
+        loop.call_soon(move)
+
+    def forget_stream(self, handle: int) -> None:
+        with self._lock:
+            self._streams.pop(handle, None)
+
+    def expect_capture(self, async_id: int) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            early = self._early.pop(async_id, None)
+            if early is None:
+                self._captures[async_id] = (loop, future)
+        if early is not None:
+            future.set_result(early)
+        return future
+
+    def drop_capture(self, async_id: int) -> None:
+        with self._lock:
+            self._captures.pop(async_id, None)
+
+
+def _resolve(future: asyncio.Future[Any], event: Any) -> None:
+    if not future.done():
+        future.set_result(event)
