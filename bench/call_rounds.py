@@ -529,7 +529,7 @@ class Rig:
 #: there until it gets a CPU: on a busy machine, that is much of what it records for the worker's loops.
 #: Such samples (their innermost frame a blocking call) are a wait, not work, and count apart.
 WAITING = "woken in a wait, not yet run (not work)"
-WAIT_FRAME = re.compile(r"^(?:\w+\.)?(?:select|poll|wait|_wait_for_tstate_lock|acquire|sleep) \(.*"
+WAIT_FRAME = re.compile(r"^(?:\w+\.)?(?:select|poll|wait|_wait_for_tstate_lock|acquire) \(.*"
                         r"(?:selectors|threading|asyncio/\w+|concurrent/futures/\w+)\.py")
 
 #: Innermost match wins: a sample counts for the first part whose pattern its stack meets, leaf first.
@@ -545,8 +545,8 @@ PROFILE_PARTS = tuple((name, tuple(re.compile(p) for p in patterns)) for name, p
     ("RTP/SRTP send and receive", (r"rtcrtpsender\.py", r"rtcrtpreceiver\.py", r"rtcdtlstransport\.py",
                                    r"pylibsrtp", r"jitterbuffer\.py", r"aiortc/rtp\.py")),
     ("ICE/UDP", (r"aioice",)),
-    ("livekit FFI events", (r"livekit/rtc/_ffi_client\.py", r"livekit/rtc/_utils\.py", r"livekit/ffi_audio\.py", r"livekit/ffi_router\.py",
-                            r"livekit/rtc/audio_stream\.py", r"livekit/rtc/audio_source\.py")),
+    ("livekit FFI events", (r"livekit/rtc/_ffi_client\.py", r"livekit/rtc/_utils\.py", r"livekit/ffi_audio\.py",
+                            r"livekit/ffi_router\.py", r"livekit/rtc/audio_stream\.py", r"livekit/rtc/audio_source\.py")),
     ("livekit SDK (other)", (r"livekit/rtc/", r"livekit/agents/")),
     ("call audio path", (r"webrtc/media/",)),
     ("session runner + plugin", (r"agent/session/", r"plugins/")),

@@ -296,10 +296,9 @@ def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_na
 
 class LiveKitCaller(Caller):
     """A caller on the real livekit SDK. Its audio and room events reach it as the worker's do
-    (``webrtc.livekit.ffi_router``): with the SDK's stock stream,
-    source and room, N callers in this one process wake N x N times per frame, and at 16 calls
-    they took more of this 2-core machine than the worker under test. What the worker receives
-    is the same."""
+    (``webrtc.livekit.ffi_router``): with the SDK's stock stream, source and room, N callers in
+    this one process wake N x N times per frame, and at 16 calls they took more of this 2-core
+    machine than the worker under test. What the worker receives is the same."""
 
     def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, token: str) -> None:
         super().__init__(index, speech)

@@ -1,13 +1,14 @@
 """The livekit room-event fan-out alone: N rooms in one process, each as the SDK ships it vs routed.
 
 Each call is a thread with its own event loop, as livekit-agents runs jobs, connected to a room of
-its own on the loopback LiveKit server (its own process). Each one's agent speaks all the time (20
-ms frames captured into an audio source, paced by the source's queue; the source is not published,
-so no Opus encode hides the difference) and changes its state attribute twice a second. The SDK subscribes each room to every FFI event of the process but audio
-and video frames, so every room's loop wakes for every call's capture acknowledgements and room
-events; ``routed``: ``webrtc.livekit.ffi_router`` hands each room only its own.
-Captures go through the FFI router in both modes, so the modes differ only in the rooms' wake-ups.
-The modes alternate at each N in the same run; CPU is this process's, the server's left out.
+its own on the loopback LiveKit server (its own process). Each one's agent speaks all the time
+(20 ms frames captured into an audio source, paced by the source's queue; the source is not
+published, so no Opus encode hides the difference) and changes its state attribute twice a
+second. The SDK subscribes each room to every FFI event of the process but audio and video
+frames, so every room's loop wakes for every call's capture acknowledgements and room events;
+``routed``: ``webrtc.livekit.ffi_router`` hands each room only its own. Captures go through the
+router in both modes, so the modes differ only in how the rooms get their events. The modes
+alternate at each N in the same run; CPU is this process's, the server's left out.
 
 Run: python -m bench.livekit_rooms [--calls 4,8,16] [--seconds 5]
 """
