@@ -11,6 +11,7 @@ BENCHMARKS = (
     ("bench.turn_latency", ["20"]),
     ("bench.caller_turn_latency", []),
     ("bench.vad_pass", []),
+    ("bench.end_of_turn_cost", []),
     ("bench.direct_path", []),
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),
