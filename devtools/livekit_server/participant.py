@@ -64,6 +64,7 @@ class Participant:
         self.tracks: dict[str, PublishedTrack] = {}  # track sid -> published
         self._pending: dict[str, PublishedTrack] = {}  # cid -> awaiting media
         self.subscriptions: dict[str, Subscription] = {}  # track sid -> subscription
+        self.announced = asyncio.Event()  # the room told the others and made its subscriptions
         self.pub_pc: RTCPeerConnection = media_relay.new_peer_connection()
         self.sub_pc: RTCPeerConnection = media_relay.new_peer_connection()
         self._pub_dcs: dict[str, object] = {}

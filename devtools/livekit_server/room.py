@@ -79,6 +79,7 @@ class Room:
             for other in self.visible(exclude=p):
                 for pt in other.tracks.values():
                     p.subscribe(pt)
+        p.announced.set()
 
     async def remove_participant(
         self, p: "Participant", reason: int = models.DisconnectReason.CLIENT_INITIATED

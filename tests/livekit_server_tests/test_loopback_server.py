@@ -190,7 +190,10 @@ async def test_late_joiner_mute_unpublish_manual_subscribe(server: LoopbackLiveK
         await asyncio.wait_for(c.connect(server.url, server.mint_token("carol", "pub-room"),
                                          rtc.RoomOptions(auto_subscribe=False)), 15)
         await eventually(lambda: pub.sid in c.remote_participants["alice"].track_publications)
-        await asyncio.sleep(0.5)
+        # The server's own record, once it has made carol's join subscriptions (none, asked for none).
+        carol = server.rooms["pub-room"].participants["carol"]
+        await asyncio.wait_for(carol.announced.wait(), 10)
+        assert carol.subscriptions == {}
         assert not c_sub.done()
         c.remote_participants["alice"].track_publications[pub.sid].set_subscribed(True)
         assert await asyncio.wait_for(c_sub, 10) == pub.sid
