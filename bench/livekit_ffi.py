@@ -18,6 +18,8 @@ import argparse
 import asyncio
 import threading
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import numpy as np
 from livekit import rtc
@@ -48,33 +50,45 @@ async def one_call(mode: str, stop: threading.Event, frames_read: list[int], ind
     await source.aclose()
 
 
-def ffi_round(mode: str, calls: int, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
-    """(cores this process used, frames read per call per second) over the steady window."""
+def threads_round(one_call: Callable[[int, threading.Event, list[int]], Coroutine[Any, Any, None]], calls: int,
+                  seconds: float, *, warmup: float = 1.0, ready: threading.Barrier | None = None) -> tuple[float, float]:
+    """N calls, each a thread with its own event loop running ``one_call(index, stop, counts)``, as
+    livekit-agents runs jobs: (cores this process used, counts per call per second) over the steady
+    window. With ``ready``, the window's warm-up starts once every call has reached it too."""
     stop = threading.Event()
-    frames = [0] * calls
-    threads = [threading.Thread(target=asyncio.run, args=(one_call(mode, stop, frames, i),), daemon=True)
+    counts = [0] * calls
+    threads = [threading.Thread(target=asyncio.run, args=(one_call(i, stop, counts),), daemon=True)
                for i in range(calls)]
     for thread in threads:
         thread.start()
+    if ready is not None:
+        ready.wait(timeout=60)
     time.sleep(warmup)
-    read0, cpu0, wall0 = sum(frames), time.process_time(), time.perf_counter()
+    counted0, cpu0, wall0 = sum(counts), time.process_time(), time.perf_counter()
     time.sleep(seconds)
-    cpu, wall, read = time.process_time() - cpu0, time.perf_counter() - wall0, sum(frames) - read0
+    cpu, wall, counted = time.process_time() - cpu0, time.perf_counter() - wall0, sum(counts) - counted0
     stop.set()
     for thread in threads:
-        thread.join(10)
-    return cpu / wall, read / wall / calls
+        thread.join(20)
+    return cpu / wall, counted / wall / calls
+
+
+def run_modes(round_of: Callable[[str, int], tuple[float, float]], modes: tuple[str, ...], calls: list[int],
+              frames: str) -> dict[tuple[str, int], tuple[float, float]]:
+    """Each N, every mode in turn (same run): ``round_of(mode, N)``, printed as it ends."""
+    results: dict[tuple[str, int], tuple[float, float]] = {}
+    for n in calls:
+        for mode in modes:
+            results[mode, n] = round_of(mode, n)
+            cores, rate = results[mode, n]
+            print(f"   ... {mode:6} {n:2d} calls: {cores:.3f} cores, {100 * cores / n:.2f}% per call, "
+                  f"{rate:.0f} frames {frames} per call per s", flush=True)
+    return results
 
 
 def run(calls: list[int], seconds: float) -> dict[tuple[str, int], tuple[float, float]]:
-    results: dict[tuple[str, int], tuple[float, float]] = {}
-    for n in calls:
-        for mode in ("sdk", "ours"):
-            results[mode, n] = ffi_round(mode, n, seconds)
-            cores, rate = results[mode, n]
-            print(f"   ... {mode:4} {n:2d} calls: {cores:.3f} cores, {100 * cores / n:.2f}% per call, "
-                  f"{rate:.0f} frames read per call per s", flush=True)
-    return results
+    return run_modes(lambda mode, n: threads_round(lambda i, stop, frames: one_call(mode, stop, frames, i), n, seconds),
+                     ("sdk", "ours"), calls, "read")
 
 
 #: Frames each call's stream hands out per second in real time: the SDK's are 10 ms, ours 20 ms.

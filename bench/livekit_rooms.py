@@ -26,7 +26,7 @@ import numpy as np
 from livekit import api, rtc
 
 from bench.call_rounds import API_KEY, API_SECRET, children_take_sigint, start_loopback_server
-from bench.livekit_ffi import report
+from bench.livekit_ffi import report, run_modes, threads_round
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 
@@ -59,35 +59,13 @@ async def one_call(url: str, mode: str, index: int, joined: threading.Barrier, s
     await room.disconnect()
 
 
-def rooms_round(url: str, mode: str, calls: int, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
-    """(cores this process used, frames captured per call per second) over the steady window."""
-    stop = threading.Event()
-    joined = threading.Barrier(calls + 1)
-    captured = [0] * calls
-    threads = [threading.Thread(target=asyncio.run, args=(one_call(url, mode, i, joined, stop, captured),), daemon=True)
-               for i in range(calls)]
-    for thread in threads:
-        thread.start()
-    joined.wait(timeout=60)
-    time.sleep(warmup)
-    frames0, cpu0, wall0 = sum(captured), time.process_time(), time.perf_counter()
-    time.sleep(seconds)
-    cpu, wall, frames = time.process_time() - cpu0, time.perf_counter() - wall0, sum(captured) - frames0
-    stop.set()
-    for thread in threads:
-        thread.join(20)
-    return cpu / wall, frames / wall / calls
-
-
 def run(url: str, calls: list[int], seconds: float) -> dict[tuple[str, int], tuple[float, float]]:
-    results: dict[tuple[str, int], tuple[float, float]] = {}
-    for n in calls:
-        for mode in MODES:
-            results[mode, n] = rooms_round(url, mode, n, seconds)
-            cores, rate = results[mode, n]
-            print(f"   ... {mode:6} {n:2d} calls: {cores:.3f} cores, {100 * cores / n:.2f}% per call, "
-                  f"{rate:.0f} frames captured per call per s", flush=True)
-    return results
+    def rooms_round(mode: str, n: int) -> tuple[float, float]:
+        joined = threading.Barrier(n + 1)
+        return threads_round(lambda i, stop, captured: one_call(url, mode, i, joined, stop, captured), n, seconds,
+                             ready=joined)
+
+    return run_modes(rooms_round, MODES, calls, "captured")
 
 
 def run_and_report(calls: list[int], seconds: float) -> None:
