@@ -18,6 +18,11 @@ FIGURE_DEFINITIONS: dict[str, str] = {
         "Barge-in latency: from the caller's speech onset reaching the worker to the first "
         "silent frame the worker sends instead of the agent's voice."
     ),
+    "false_pause_ms": (
+        "False pause: the silence the caller heard in a reply the worker paused at the first window of "
+        "their sound and then resumed because the sound did not hold (a cough, a knock, a short "
+        "backchannel): from the fade-out's last sample to the fade-in's first."
+    ),
     "input_added_ms": (
         "Input added: from a caller frame reaching the worker to its audio being handed to the "
         "conversation (resampling, chunking and work time)."
@@ -40,6 +45,28 @@ TURN_LATENCY_MS = Histogram(
 BARGE_IN_LATENCY_MS = Histogram(
     "duplex_barge_in_latency_ms", FIGURE_DEFINITIONS["barge_in_ms"] + " In ms.",
     buckets=_LATENCY_BUCKETS_MS, registry=REGISTRY,
+)
+BARGE_IN_PAUSES = Counter(
+    "duplex_barge_in_pauses", "Agent replies paused at the first VAD window (32 ms) of caller sound over them",
+    registry=REGISTRY,
+)
+BARGE_IN_FALSE_PAUSES = Counter(
+    "duplex_barge_in_false_pauses",
+    "Paused replies resumed, nothing skipped, because the caller's sound did not hold as speech",
+    registry=REGISTRY,
+)
+BARGE_INS_CONFIRMED = Counter(
+    "duplex_barge_ins_confirmed", "Caller speech held over the agent (the minimum speech): the reply was cancelled",
+    registry=REGISTRY,
+)
+BARGE_IN_PAUSES_WITHHELD = Counter(
+    "duplex_barge_in_pauses_withheld",
+    "Onsets over a reply that had its quota of false pauses: not paused (held speech still cancels it)",
+    registry=REGISTRY,
+)
+FALSE_PAUSE_MS = Histogram(
+    "duplex_false_pause_ms", FIGURE_DEFINITIONS["false_pause_ms"] + " In ms.", buckets=_LATENCY_BUCKETS_MS,
+    registry=REGISTRY,
 )
 PLAYOUT_UNDERRUNS = Counter("duplex_playout_underruns", "Output frames that had to be silence mid-response", registry=REGISTRY)
 FRAME_OVERRUNS = Counter("duplex_frame_overruns", "Batched model steps that finished after their frame was due",

@@ -41,7 +41,7 @@ async def call():
     conversation = FakeConversation()
     events, states = [], []
     path = CallAudioPath(
-        conversation, vad_model=EnergyVadModel(), onset_min_speech_ms=32,
+        conversation, vad_model=EnergyVadModel(),
         on_event=events.append, on_state=states.append,
     )
     await path.start()
@@ -91,7 +91,10 @@ async def test_barge_in_clears_then_cancels_then_acks_the_played_position(call):
     order.clear()
 
     path.push_caller_frame(LOUD, 48000)
-    path.push_caller_frame(LOUD, 48000)
+    path.push_caller_frame(LOUD, 48000)  # the first 32 ms window over the threshold: a pause, no verdict yet
+    assert path.playout.paused and not order
+    for _ in range(5):  # 7 frames hold the 4 windows of the minimum speech (100 ms)
+        path.push_caller_frame(LOUD, 48000)
     assert [name for name, _ in order[:2]] == ["ResponseCancel", "PlaybackAck"]
     assert all(queued == 0 for _, queued in order[:2])  # the playout was already cleared
     cancel = conversation.sent_of(ResponseCancel)[0]

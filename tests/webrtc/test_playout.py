@@ -3,7 +3,15 @@ import asyncio
 import numpy as np
 import pytest
 
-from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, ChunkStarted, PlaybackFinished, PlayoutQueue
+from duplex_agent.webrtc.media.playout import (
+    FADE_SAMPLES,
+    FRAME_SAMPLES,
+    ChunkStarted,
+    PlaybackFinished,
+    PlaybackPaused,
+    PlaybackResumed,
+    PlayoutQueue,
+)
 
 
 def tone(ms: float, level: float = 0.5) -> np.ndarray:
@@ -163,3 +171,81 @@ async def test_wait_for_audio_wakes_a_waiter_on_another_loop_thread():
     await asyncio.wait_for(parked.wait(), 5)
     queue.capture(tone(20), "r1")
     await asyncio.wait_for(thread, 5)
+
+
+def sine(ms: float, hz: float = 440.0, level: float = 0.5) -> np.ndarray:
+    return (level * np.sin(2 * np.pi * hz * np.arange(int(48 * ms)) / 48000)).astype(np.float32)
+
+
+def test_pause_books_only_what_was_played_and_resume_plays_the_next_sample():
+    queue = PlayoutQueue()
+    reply = np.linspace(0.1, 0.9, 48 * 200, dtype=np.float32)  # every sample distinct
+    queue.capture(reply, "r1")
+    queue.flush("r1")
+    heard = [queue.next_frame() for _ in range(3)]
+    assert queue.pause() and queue.paused and not queue.pause()
+    fade = queue.next_frame()
+    played = 3 * FRAME_SAMPLES + FADE_SAMPLES  # the fade-out's samples went out (attenuated)
+    assert fade[:FADE_SAMPLES].any() and not fade[FADE_SAMPLES:].any()
+    assert isinstance(queue.take_progress()[-1], PlaybackPaused)
+    silent = [queue.next_frame() for _ in range(5)]
+    assert not any(f.any() for f in silent)
+    assert queue.played_ms("r1") == 1000.0 * played / 48000  # paused time is not played audio
+    assert queue.playing and queue.underruns == 0
+
+    assert queue.resume() and not queue.paused
+    back = queue.next_frame().astype(np.float32) / 32767.0
+    expected = reply[played : played + FRAME_SAMPLES]
+    np.testing.assert_allclose(back[FADE_SAMPLES:], expected[FADE_SAMPLES:], atol=1 / 32767)  # the next sample on
+    assert abs(back[0]) < abs(expected[0]) / 100  # faded in
+    resumed = [p for p in queue.take_progress() if isinstance(p, PlaybackResumed)]
+    assert resumed == [PlaybackResumed("r1", 1000.0 * (FRAME_SAMPLES - FADE_SAMPLES + 5 * FRAME_SAMPLES) / 48000)]
+
+    while queue.playing:
+        queue.next_frame()
+    finished = [p for p in queue.take_progress() if isinstance(p, PlaybackFinished)]
+    assert finished == [PlaybackFinished("r1", 200.0, interrupted=False)]  # nothing skipped
+    assert len(heard) == 3
+
+
+def test_the_fades_have_no_click():
+    """The largest step between samples across a pause and a resume stays at the tone's own."""
+    queue = PlayoutQueue()
+    tone_ = sine(400)
+    queue.capture(tone_, "r1")
+    out = [queue.next_frame() for _ in range(4)]
+    queue.pause()
+    out += [queue.next_frame() for _ in range(3)]
+    queue.resume()
+    out += [queue.next_frame() for _ in range(4)]
+    heard = np.concatenate(out).astype(np.float32) / 32767.0
+    own_step = float(np.abs(np.diff(tone_)).max())  # 0.029 for a 0.5, 440 Hz sine
+    assert float(np.abs(np.diff(heard)).max()) <= own_step + 2 / 32767
+    # the pause lands where the tone is loud: cut there without a fade, it would step by 0.47
+    assert abs(tone_[4 * FRAME_SAMPLES]) > 0.4
+
+
+def test_a_pause_and_resume_between_two_frames_is_never_heard():
+    queue = PlayoutQueue()
+    queue.capture(tone(100), "r1")
+    queue.next_frame()
+    assert queue.pause() and queue.resume()
+    assert queue.next_frame().all()
+    assert not [p for p in queue.take_progress() if isinstance(p, (PlaybackPaused, PlaybackResumed))]
+
+
+def test_clear_ends_a_pause_and_the_next_reply_plays():
+    queue = PlayoutQueue()
+    queue.capture(tone(100), "r1")
+    queue.next_frame()
+    queue.pause()
+    queue.next_frame()
+    queue.clear()
+    assert not queue.paused and not queue.resume()
+    queue.capture(tone(40), "r2")
+    assert queue.next_frame().all()
+
+
+def test_pause_refuses_when_nothing_plays():
+    queue = PlayoutQueue()
+    assert not queue.pause() and not queue.paused

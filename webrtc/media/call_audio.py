@@ -3,9 +3,11 @@
 Transport-neutral: the aiortc peer and the LiveKit room both feed caller frames
 in with ``push_caller_frame`` and pull paced 20 ms frames out with ``next_frame``.
 
-Caller side: resample to the model's input rate and append; run an edge onset
-detector, and on caller speech over agent audio (overlap policy "barge_in")
-clear the playout at once, cancel the response and acknowledge what was heard.
+Caller side: resample to the model's input rate and append; score each 32 ms VAD
+window at the edge, and on caller sound over agent audio (overlap policy "barge_in")
+pause the playout at the first window over the threshold, then, once the speech holds
+(the minimum speech), clear it, cancel the response and acknowledge what was heard, or,
+if it does not hold, resume where it paused (barge_in.py says which).
 Agent side: decode audio deltas, resample to 48 kHz, queue for playout; ack a
 response's played duration when it has gone out; pass other events on.
 """
@@ -20,8 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from duplex_agent.agent.metrics import BARGE_IN_LATENCY_MS, FIGURE_DEFINITIONS, PLAYOUT_UNDERRUNS, TURN_LATENCY_MS
-from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.metrics import (
+    BARGE_IN_FALSE_PAUSES,
+    BARGE_IN_LATENCY_MS,
+    BARGE_IN_PAUSES,
+    BARGE_IN_PAUSES_WITHHELD,
+    BARGE_INS_CONFIRMED,
+    FALSE_PAUSE_MS,
+    FIGURE_DEFINITIONS,
+    PLAYOUT_UNDERRUNS,
+    TURN_LATENCY_MS,
+)
+from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadSettingsError
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
@@ -40,9 +52,17 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlaybackFinished, PlayoutQueue
+from duplex_agent.webrtc.media.playout import (
+    SAMPLE_RATE,
+    ChunkStarted,
+    PlaybackFinished,
+    PlaybackPaused,
+    PlaybackResumed,
+    PlayoutQueue,
+)
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -93,7 +113,8 @@ class CallAudioPath:
         overlap_policy: str = "barge_in",
         turn_detection: dict[str, Any] | None = None,
         vad_model: SileroVadModel | None = None,
-        onset_min_speech_ms: int = 32,  # one Silero window: ~60-80 ms onset-to-silence over aiortc
+        pause_on_onset: bool = True,  # False: no pause; the cancel waits for the minimum speech
+        barge_in_min_speech_ms: float | None = None,  # None: turn_detection's min_speech_ms
         append_ms: float = 10.0,  # smallest append; a 20 ms caller frame goes out at once
         on_event: EventCallback | None = None,
         on_state: StateCallback | None = None,
@@ -108,8 +129,10 @@ class CallAudioPath:
         self.overlap_policy = overlap_policy
         self._turn_detection = turn_detection if turn_detection is not None else {"type": "server_vad"}
         self._vad_model = vad_model
-        self._onset_min_speech_ms = onset_min_speech_ms
         self._onset: CallerOnsetDetector | None = None
+        self._pause_on_onset = pause_on_onset
+        self._barge_in_min_speech_ms = barge_in_min_speech_ms
+        self.gate = BargeInGate(self._barge_in_rules())
         self._on_event = on_event
         self._on_state = on_state
         self._on_closed = on_closed
@@ -149,9 +172,13 @@ class CallAudioPath:
         self._underruns_seen = 0
 
         # measurements in flight (perf_counter seconds)
-        self._barge_in_onset_at: float | None = None
+        self._barge_in_onset_at: float | None = None  # a barge-in's onset, until its first silent frame
+        self._paused_at: float | None = None  # when the pause's fade-out went out
         self._speech_end_at: float | None = None  # when the end of the caller's speech arrived
         self.barge_ins = 0
+        self.pauses = 0
+        self.false_pauses = 0
+        self.pauses_withheld = 0
         self.state = "listening"
 
     # ---- lifecycle ----
@@ -160,7 +187,7 @@ class CallAudioPath:
         """Load the VAD (off the loop), configure the session, start consuming events."""
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
-        self._onset = CallerOnsetDetector(self._vad_model, min_speech_ms=self._onset_min_speech_ms)
+        self._onset = CallerOnsetDetector(self._vad_model)
         share = getattr(self._conversation, "use_caller_vad", None)  # an in-process session's turn detection
         if share is not None:
             share(self._onset.scores)
@@ -193,6 +220,11 @@ class CallAudioPath:
         settings = validate_page_session(settings)
         if "overlap_policy" in settings:
             self.overlap_policy = settings["overlap_policy"]
+            if not self._barges_in():
+                self._resume()
+        if "turn_detection" in settings:
+            self._turn_detection = settings["turn_detection"]
+            self.gate.rules = self._barge_in_rules()
         if settings:
             self._conversation.send(SessionUpdate(session=settings))
 
@@ -204,9 +236,8 @@ class CallAudioPath:
             return
         arrived_at = time.perf_counter()
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        onset_at = self._onset.push(samples, sample_rate, arrived_at)
-        if onset_at is not None and self._barges_in() and self.playout.playing:
-            self._barge_in(onset_at)
+        for window in self._onset.push(samples, sample_rate, arrived_at):
+            self._judge(window.probability, window.arrived_at)
 
         if self._input_resampler is None or self._input_resampler.in_rate != sample_rate:
             self._input_resampler = StreamingResampler(sample_rate, self._caps.input_sample_rate, quality=RESAMPLE_QUALITY)
@@ -228,13 +259,59 @@ class CallAudioPath:
     def _barges_in(self) -> bool:
         return self.overlap_policy == "barge_in" and self._caps.supports_barge_in
 
-    def _barge_in(self, onset_at: float) -> None:
-        """Silence now, then cancel, then tell the model what the caller heard."""
+    def _barge_in_rules(self) -> BargeInRules:
+        """The gate's rules: the minimum speech is the session VAD's, so the edge confirms a
+        barge-in when the session's own turn detection would see the speech start."""
+        min_speech = self._barge_in_min_speech_ms
+        if min_speech is None:
+            try:
+                min_speech = VadSettings.from_dict(self._turn_detection or {}).min_speech_ms
+            except VadSettingsError:  # the session refuses it with a typed error; keep the default here
+                min_speech = VadSettings().min_speech_ms
+        return BargeInRules(min_speech_ms=float(min_speech), pause=self._pause_on_onset)
+
+    def _judge(self, probability: float, window_at: float) -> None:
+        """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""
+        playing = self._barges_in() and self.playout.playing
+        verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
+                                 reply=self.playout.current_response_id)
+        if verdict is Verdict.PAUSE:
+            if self.playout.pause():
+                self.pauses += 1
+                BARGE_IN_PAUSES.inc()
+                self._paused_at = None
+            else:
+                self.gate.release()
+        elif verdict is Verdict.RESUME:
+            self._resume()
+        elif verdict is Verdict.WITHHELD:
+            self.pauses_withheld += 1
+            BARGE_IN_PAUSES_WITHHELD.inc()
+        elif verdict is Verdict.CONFIRM:
+            paused_at, self._paused_at = self._paused_at, None
+            if self._barges_in() and (self.playout.playing or self.playout.paused):
+                self._barge_in(self.gate.onset_at or window_at, silent_at=paused_at)
+
+    def _resume(self) -> None:
+        """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
+        self.gate.release()
+        self._paused_at = None
+        if self.playout.resume():
+            self.false_pauses += 1
+            BARGE_IN_FALSE_PAUSES.inc()
+
+    def _barge_in(self, onset_at: float, *, silent_at: float | None = None) -> None:
+        """Silence now (already, when a pause went out at ``silent_at``), then cancel, then
+        tell the model what the caller heard."""
         current = self.playout.current_response_id
         cleared = self.playout.clear()
         self._playout_cleared()
-        self._barge_in_onset_at = onset_at
+        if silent_at is not None:
+            self._record_barge_in(1000.0 * (silent_at - onset_at))
+        else:
+            self._barge_in_onset_at = onset_at
         self.barge_ins += 1
+        BARGE_INS_CONFIRMED.inc()
         responses = cleared.response_ids
         if current is not None and current not in responses:
             responses.insert(0, current)
@@ -281,6 +358,7 @@ class CallAudioPath:
                     self._release_held(response_id)
                     self._dropped_responses.add(response_id)
                     self._ack(response_id)
+                self.gate.release()
                 self._playout_cleared()
             else:
                 self._drop_response(event.response_id)
@@ -343,6 +421,8 @@ class CallAudioPath:
         self._dropped_responses.add(response_id)
         if self.playout.drop_response(response_id):
             self._playout_cleared()
+        if not self.playout.paused:
+            self.gate.release()
         self._ack(response_id)
 
     def _playout_cleared(self) -> None:
@@ -366,12 +446,16 @@ class CallAudioPath:
         frame = self.playout.next_frame()
         now = time.perf_counter()
         if self._barge_in_onset_at is not None:
-            ms = 1000.0 * (now - self._barge_in_onset_at)
+            self._record_barge_in(1000.0 * (now - self._barge_in_onset_at))
             self._barge_in_onset_at = None
-            self.figures.record("barge_in_ms", ms)
-            BARGE_IN_LATENCY_MS.observe(ms)
-            logger.info("barge-in: silent %.1f ms after the caller's speech onset (barge_in_ms)", ms)
         for progress in self.playout.take_progress():
+            if isinstance(progress, PlaybackPaused):
+                self._paused_at = now
+                continue
+            if isinstance(progress, PlaybackResumed):
+                self.figures.record("false_pause_ms", progress.silent_ms)
+                FALSE_PAUSE_MS.observe(progress.silent_ms)
+                continue
             if isinstance(progress, ChunkStarted) and progress.first_of_response:
                 if progress.tag is not None:
                     self.figures.record("output_added_ms", 1000.0 * (now - progress.tag))
@@ -393,6 +477,11 @@ class CallAudioPath:
             self._underruns_seen = self.playout.underruns
         return frame
 
+    def _record_barge_in(self, ms: float) -> None:
+        self.figures.record("barge_in_ms", ms)
+        BARGE_IN_LATENCY_MS.observe(ms)
+        logger.info("barge-in: silent %.1f ms after the caller's speech onset (barge_in_ms)", ms)
+
     def _set_state(self, state: str) -> None:
         if state == self.state:
             return
@@ -411,6 +500,7 @@ class CallAudioPath:
             "latency": self.figures.snapshot(),
             "definitions": FIGURE_DEFINITIONS,
             "barge_ins": self.barge_ins,
+            "false_pauses": self.false_pauses,
             "underruns": self.playout.underruns,
             "queued_ms": round(self.playout.queued_ms, 1),
         }

@@ -5,6 +5,10 @@ The queue is the call path's audio sink, named after livekit-agents' ``AudioOutp
 once, ``PlaybackFinished`` (position played, interrupted or not) when it is over, and
 ``wait_for_playout`` to await that. The transports read it out with ``next_frame``.
 
+``pause`` holds the queue where it is (a short fade-out, then silence, nothing consumed);
+``resume`` goes on from the next sample with a short fade-in, so a reply paused for a sound
+that was not a barge-in loses nothing but the pause itself.
+
 The queue is the single place that knows what the caller has heard: every frame
 handed out is booked against the response it came from, so a barge-in can
 acknowledge exactly the played position. ``clear()`` takes effect on the very
@@ -25,6 +29,11 @@ SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 FRAME_MS = 1000.0 * FRAME_SAMPLES / SAMPLE_RATE
 _PLAYED_RECORDS_KEPT = 64  # responses whose played duration is remembered
+#: Pause and resume ramp over 5 ms: long enough that the step between samples stays at the
+#: signal's own (no click), short enough that the pause is heard within the frame it lands in.
+FADE_SAMPLES = 240
+_FADE_OUT = ((FADE_SAMPLES - np.arange(FADE_SAMPLES)) / FADE_SAMPLES).astype(np.float32)  # 1 .. 1/240
+_FADE_IN = _FADE_OUT[::-1].copy()  # 1/240 .. 1
 
 
 @dataclass(slots=True)
@@ -68,7 +77,23 @@ class Cleared:
         return 1000.0 * self.dropped_samples.get(response_id, 0) / SAMPLE_RATE
 
 
-PlayoutProgress = ChunkStarted | PlaybackFinished
+@dataclass(frozen=True, slots=True)
+class PlaybackPaused:
+    """The last frame faded the agent out (``pause``): the first frame the caller hears as quiet."""
+
+    response_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybackResumed:
+    """The last frame faded the agent back in after a pause of ``silent_ms`` of silence
+    (between the fade-out's last sample and the fade-in's first)."""
+
+    response_id: str | None
+    silent_ms: float
+
+
+PlayoutProgress = ChunkStarted | PlaybackFinished | PlaybackPaused | PlaybackResumed
 
 
 class PlayoutQueue:
@@ -93,6 +118,12 @@ class PlayoutQueue:
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[PlaybackFinished]]]] = {}
         self._audio_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._last_frame_had_audio = False
+        # Pause: _paused holds the queue; _fade_out is the fade still to play, _fade_in the one
+        # the first frame after the resume plays; _silent_samples the pause's silence so far.
+        self._paused = False
+        self._fade_out = False
+        self._fade_in = False
+        self._silent_samples = 0
         self.underruns = 0
         self.frames_out = 0
 
@@ -129,6 +160,7 @@ class PlayoutQueue:
             self._chunks.clear()
             self._queued_samples = 0
             self._last_frame_had_audio = False
+            self._unpause()
             if self._streaming is not None:
                 dropped.setdefault(self._streaming, 0)
                 self._streaming = None
@@ -147,52 +179,108 @@ class PlayoutQueue:
             self._finished.add(response_id)
             if self._streaming == response_id:
                 self._streaming = None
+                self._unpause()  # the paused reply is gone: what follows plays as it comes
             if response_id not in self._ended:
                 self._end(response_id, interrupted=True)
             return dropped
 
+    def pause(self) -> bool:
+        """Hold the queue: the next frame fades out over FADE_SAMPLES, then silence, nothing
+        consumed. False (and nothing done) when nothing plays or it is paused already."""
+        with self._lock:
+            if self._paused or not (self._chunks or self._last_frame_had_audio):
+                return False
+            self._paused = True
+            self._fade_out = bool(self._chunks)
+            self._fade_in = False
+            self._silent_samples = 0
+            return True
+
+    def resume(self) -> bool:
+        """Go on from the next sample after the pause, fading in; False when not paused."""
+        with self._lock:
+            if not self._paused:
+                return False
+            self._paused = False
+            # A pause that no frame played yet was never heard: nothing to fade back from.
+            self._fade_in = not self._fade_out
+            self._fade_out = False
+            if not self._fade_in:
+                self._silent_samples = 0
+            return True
+
+    def _unpause(self) -> None:
+        self._paused = self._fade_out = self._fade_in = False
+        self._silent_samples = 0
+
     # ---- pacing side ----
 
     def next_frame(self) -> np.ndarray:
-        """The next 20 ms as int16; silence where the queue ran dry."""
+        """The next 20 ms as int16; silence where the queue ran dry or is paused."""
         with self._lock:
+            if self._paused and not self._fade_out:  # held: silence, nothing consumed
+                self._silent_samples += FRAME_SAMPLES
+                self._last_frame_had_audio = False
+                self.frames_out += 1
+                return np.zeros(FRAME_SAMPLES, dtype=np.int16)
             if not self._chunks:  # the common case while the caller talks: no float work at all
-                if self._streaming is not None:
+                if self._paused:
+                    self._silent_samples += FRAME_SAMPLES
+                elif self._streaming is not None:
                     self.underruns += 1
+                self._fade_out = False
                 self._last_frame_had_audio = False
                 self.frames_out += 1
                 return np.zeros(FRAME_SAMPLES, dtype=np.int16)
             out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
-            filled = 0
-            while filled < FRAME_SAMPLES and self._chunks:
-                chunk = self._chunks[0]
-                if not chunk.started:
-                    chunk.started = True
-                    first = chunk.response_id not in self._played
-                    self._played.setdefault(chunk.response_id, 0)
-                    self._played.move_to_end(chunk.response_id)
-                    self._streaming = chunk.response_id
-                    self._progress.append(ChunkStarted(chunk.response_id, chunk.tag, first))
-                take = min(FRAME_SAMPLES - filled, chunk.samples.size)
-                out[filled : filled + take] = chunk.samples[:take]
-                chunk.samples = chunk.samples[take:]
-                filled += take
-                self._queued_samples -= take
-                self._played[chunk.response_id] += take
-                if chunk.samples.size == 0:
-                    self._chunks.popleft()
-                    rid = chunk.response_id
-                    if rid in self._finished and not any(c.response_id == rid for c in self._chunks):
-                        self._report_played(rid)
-            if filled < FRAME_SAMPLES and self._streaming is not None:
-                self.underruns += 1
+            if self._fade_out:
+                filled = self._fill(out, FADE_SAMPLES)
+                out[:filled] *= _FADE_OUT[:filled]
+                self._fade_out = False
+                self._silent_samples = FRAME_SAMPLES - filled
+                self._progress.append(PlaybackPaused(self._streaming))
+            else:
+                filled = self._fill(out, FRAME_SAMPLES)
+                if self._fade_in:
+                    ramp = min(filled, FADE_SAMPLES)
+                    out[:ramp] *= _FADE_IN[:ramp]
+                    self._fade_in = False
+                    self._progress.append(PlaybackResumed(self._streaming, 1000.0 * self._silent_samples / SAMPLE_RATE))
+                    self._silent_samples = 0
+                if filled < FRAME_SAMPLES and self._streaming is not None:
+                    self.underruns += 1
             while len(self._played) > _PLAYED_RECORDS_KEPT:
                 self._played.popitem(last=False)
-            self._last_frame_had_audio = filled > 0
+            self._last_frame_had_audio = filled > 0 and not self._paused
             self.frames_out += 1
         np.multiply(out, 32767.0, out=out)
         np.clip(out, -32767.0, 32767.0, out=out)
         return out.astype(np.int16)
+
+    def _fill(self, out: np.ndarray, limit: int) -> int:
+        """Move up to ``limit`` queued samples into ``out``, booking each against its response."""
+        filled = 0
+        while filled < limit and self._chunks:
+            chunk = self._chunks[0]
+            if not chunk.started:
+                chunk.started = True
+                first = chunk.response_id not in self._played
+                self._played.setdefault(chunk.response_id, 0)
+                self._played.move_to_end(chunk.response_id)
+                self._streaming = chunk.response_id
+                self._progress.append(ChunkStarted(chunk.response_id, chunk.tag, first))
+            take = min(limit - filled, chunk.samples.size)
+            out[filled : filled + take] = chunk.samples[:take]
+            chunk.samples = chunk.samples[take:]
+            filled += take
+            self._queued_samples -= take
+            self._played[chunk.response_id] += take
+            if chunk.samples.size == 0:
+                self._chunks.popleft()
+                rid = chunk.response_id
+                if rid in self._finished and not any(c.response_id == rid for c in self._chunks):
+                    self._report_played(rid)
+        return filled
 
     def take_progress(self) -> list[PlayoutProgress]:
         """What the frames since the last call did: chunk starts and finished responses."""
@@ -212,9 +300,14 @@ class PlayoutQueue:
 
     @property
     def playing(self) -> bool:
-        """Agent audio is going out now or is queued to."""
+        """Agent audio is going out now or is queued to (paused with audio queued included)."""
         with self._lock:
             return bool(self._chunks) or self._last_frame_had_audio
+
+    @property
+    def paused(self) -> bool:
+        with self._lock:
+            return self._paused
 
     @property
     def current_response_id(self) -> str | None:

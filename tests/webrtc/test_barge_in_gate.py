@@ -1,0 +1,71 @@
+"""The barge-in gate's state machine, window by window: pause, confirm, resume, the bound."""
+
+from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
+
+SPEECH, HOVER, QUIET = 0.9, 0.4, 0.1  # over the threshold, between it and the release, below the release
+
+
+def feed(gate: BargeInGate, probabilities: list[float], *, playing: bool = True, reply: str = "r1",
+         start_at: float = 0.0) -> list[Verdict | None]:
+    return [gate.push(p, at=start_at + 0.032 * i, agent_playing=playing, reply=reply)
+            for i, p in enumerate(probabilities)]
+
+
+def test_the_first_window_over_the_threshold_pauses_and_held_speech_confirms_at_the_minimum_speech():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    verdicts = feed(gate, [QUIET, SPEECH, SPEECH, HOVER, SPEECH, SPEECH], start_at=1.0)
+    # pause at the first window; the hover window neither adds nor drops; the 4th speech window is 128 ms >= 100
+    assert verdicts == [None, Verdict.PAUSE, None, None, None, Verdict.CONFIRM]
+    assert gate.onset_at == 1.032 and not gate.paused
+
+
+def test_a_sound_that_does_not_hold_resumes_at_the_first_window_below_the_release():
+    gate = BargeInGate()
+    assert feed(gate, [SPEECH, SPEECH, QUIET]) == [Verdict.PAUSE, None, Verdict.RESUME]
+    assert not gate.paused
+    # the next sound pauses again: a cough is not speech, and the caller's next words still count
+    assert feed(gate, [SPEECH]) == [Verdict.PAUSE]
+
+
+def test_an_unconfirmed_pause_lasts_at_most_max_pause_ms_and_the_candidate_may_still_confirm():
+    gate = BargeInGate(BargeInRules(max_pause_ms=128.0, min_speech_ms=100.0))
+    verdicts = feed(gate, [SPEECH, HOVER, HOVER, HOVER, SPEECH, SPEECH, SPEECH])
+    assert verdicts == [Verdict.PAUSE, None, None, Verdict.RESUME, None, None, Verdict.CONFIRM]
+
+
+def test_after_max_false_pauses_in_a_reply_onsets_do_not_pause_it_but_held_speech_still_cancels():
+    gate = BargeInGate(BargeInRules(max_false_pauses=2))
+    assert feed(gate, [SPEECH, QUIET, SPEECH, QUIET]) == [Verdict.PAUSE, Verdict.RESUME] * 2
+    assert feed(gate, [SPEECH, QUIET]) == [Verdict.WITHHELD, None]  # noise: the reply goes on unpaused
+    assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH]) == [Verdict.WITHHELD, None, None, Verdict.CONFIRM]
+    # a new reply gets its pauses back
+    assert feed(gate, [QUIET] * 10, reply="r2") == [None] * 10
+    assert feed(gate, [SPEECH], reply="r2") == [Verdict.PAUSE]
+
+
+def test_without_pausing_only_held_speech_acts():
+    gate = BargeInGate(BargeInRules(pause=False, min_speech_ms=100.0))
+    assert feed(gate, [SPEECH, QUIET, SPEECH, SPEECH, SPEECH, SPEECH]) == [None] * 5 + [Verdict.CONFIRM]
+
+
+def test_a_one_window_minimum_confirms_at_once_without_a_pause():
+    gate = BargeInGate(BargeInRules(min_speech_ms=32.0))
+    assert feed(gate, [SPEECH]) == [Verdict.CONFIRM]
+
+
+def test_speech_that_began_before_the_agent_spoke_neither_pauses_nor_cancels_it():
+    """A reply the model started over the caller (Moshi's backchannel) is the model's to make."""
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0, silence_ms=96.0))
+    assert feed(gate, [SPEECH, SPEECH], playing=False) == [None, None]
+    assert feed(gate, [SPEECH, SPEECH, QUIET, SPEECH]) == [None] * 4  # the agent plays now; the caller talks on
+    # once the caller's speech has ended (96 ms below the release), a new onset over the agent pauses it
+    assert feed(gate, [QUIET, QUIET, QUIET, SPEECH]) == [None, None, None, Verdict.PAUSE]
+
+
+def test_release_forgets_the_pause_but_not_the_candidate():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    assert feed(gate, [SPEECH]) == [Verdict.PAUSE]
+    gate.release()  # the playout was cleared under it
+    assert not gate.paused
+    assert feed(gate, [QUIET]) == [None]  # no resume: nothing is paused; and no false pause counted
+    assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH]) == [Verdict.PAUSE, None, None, Verdict.CONFIRM]

@@ -1,0 +1,115 @@
+"""When caller sound over the agent pauses it, cancels it, or lets it go on: window by window.
+
+The edge reacts at the first VAD window over the threshold (32 ms) by pausing the agent,
+then waits for the verdict the session's own VAD would give: the candidate holds once its
+windows over the threshold reach the minimum speech (a barge-in: the call path cancels),
+and is dropped at the first window below the release threshold (a cough, a knock, a short
+"mm-hm": the call path resumes, nothing skipped). Windows in between neither add nor drop,
+as in ``VadStream``. A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may
+still confirm after it.
+
+Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
+one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
+it. A reply the caller was already talking over when it began (the caller's speech had not
+ended) is neither paused nor cancelled, as before: the model started it over the caller.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+#: Pauses a reply may have for sounds that did not hold, before onsets stop pausing it.
+MAX_FALSE_PAUSES = 3
+#: The longest an unconfirmed pause holds the agent: a false pause is heard as at most this.
+MAX_PAUSE_MS = 256.0
+
+
+class Verdict(enum.Enum):
+    PAUSE = "pause"  # caller sound began over the agent: pause it now
+    RESUME = "resume"  # the sound did not hold (or the pause ran out): go on where it stopped
+    CONFIRM = "confirm"  # the speech held over the agent: a barge-in
+    WITHHELD = "withheld"  # an onset the bound kept from pausing this reply
+
+
+@dataclass(frozen=True, slots=True)
+class BargeInRules:
+    threshold: float = 0.5  # the onset detector's, as before
+    release_threshold: float = 0.35  # VadStream's hysteresis: threshold - 0.15
+    min_speech_ms: float = 100.0  # the session VAD's minimum speech (turn_detection)
+    silence_ms: float = 300.0  # caller silence that ends their speech (a new onset may follow)
+    window_ms: float = 32.0
+    pause: bool = True  # False: no pause, only the cancel on held speech
+    max_false_pauses: int = MAX_FALSE_PAUSES
+    max_pause_ms: float = MAX_PAUSE_MS
+
+
+class BargeInGate:
+    """One call's barge-in state; ``push`` one window's speech probability at a time."""
+
+    def __init__(self, rules: BargeInRules | None = None) -> None:
+        self.rules = rules or BargeInRules()
+        self._candidate_ms: float | None = None  # speech in the candidate so far; None: no candidate
+        self._candidate_age_ms = 0.0
+        self._over_agent = False  # the candidate began while the agent's audio played
+        self._speech_silence_ms: float | None = None  # in the caller's held speech: its silence so far
+        self.paused = False
+        self.onset_at: float | None = None  # the candidate's first window (the caller's clock)
+        self._reply: str | None = None
+        self._false_pauses = 0  # in _reply
+
+    def push(self, probability: float, *, at: float, agent_playing: bool, reply: str | None) -> Verdict | None:
+        """One window: its speech probability, when it arrived, whether the agent's audio plays
+        (and barge-in applies), and the reply being heard."""
+        rules = self.rules
+        if reply != self._reply and reply is not None:
+            self._reply, self._false_pauses = reply, 0
+        if self._speech_silence_ms is not None:  # the caller is talking: nothing starts until they stop
+            self._speech_silence_ms = 0.0 if probability >= rules.release_threshold else (
+                self._speech_silence_ms + rules.window_ms)
+            if self._speech_silence_ms >= rules.silence_ms:
+                self._speech_silence_ms = None
+            return None
+        if self._candidate_ms is None:
+            if probability < rules.threshold:
+                return None
+            self._candidate_ms = self._candidate_age_ms = rules.window_ms
+            self._over_agent = agent_playing
+            self.onset_at = at
+            if self._candidate_ms >= rules.min_speech_ms:
+                return self._confirm()
+            if not agent_playing or not rules.pause:
+                return None
+            if self._false_pauses >= rules.max_false_pauses:
+                return Verdict.WITHHELD
+            self.paused = True
+            return Verdict.PAUSE
+        self._candidate_age_ms += rules.window_ms
+        if probability >= rules.threshold:
+            self._candidate_ms += rules.window_ms
+            if self._candidate_ms >= rules.min_speech_ms:
+                return self._confirm()
+        elif probability < rules.release_threshold:
+            self._candidate_ms = None
+            return self._false_pause()
+        if self.paused and self._candidate_age_ms >= rules.max_pause_ms:
+            return self._false_pause()
+        return None
+
+    def release(self) -> None:
+        """The playout was cleared or stopped being ours to pause: forget the pause (not the speech)."""
+        self.paused = False
+
+    def _confirm(self) -> Verdict | None:
+        over_agent, self._over_agent = self._over_agent, False
+        self._candidate_ms = None
+        self._speech_silence_ms = 0.0
+        self.paused = False
+        return Verdict.CONFIRM if over_agent else None
+
+    def _false_pause(self) -> Verdict | None:
+        if not self.paused:
+            return None
+        self.paused = False
+        self._false_pauses += 1
+        return Verdict.RESUME
