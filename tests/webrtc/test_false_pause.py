@@ -1,0 +1,93 @@
+"""A short vocal burst (a cough-like grunt) over the agent, from a real aiortc caller with the real
+Silero edge VAD: the reply pauses, resumes, and the caller hears all of it. Real speech over the
+agent still cancels it (test_peer.py)."""
+
+import numpy as np
+import pytest
+
+from devtools.speech import speak
+from duplex_agent.agent.protocol.events import (
+    InputAudioBufferAppend,
+    PlaybackAck,
+    ResponseAudioDelta,
+    ResponseAudioDone,
+    ResponseCancel,
+    ResponseCreated,
+)
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
+
+from .client_peer import ClientPeer, frames_of, wait_for
+from .fakes import EchoBackend, FakeConversation
+from .test_peer import serve
+
+pytestmark = pytest.mark.asyncio
+
+REPLY_S = 4
+
+
+def vocal_burst(ms: float = 48.0) -> np.ndarray:
+    """The first ``ms`` of Piper saying "ah", 48 kHz: one or two Silero windows over the threshold,
+    never the four of the minimum speech (at every alignment to the 32 ms window grid)."""
+    try:
+        ah = speak("ah", 48000)
+    except Exception as exc:  # the voice is a wheel the machine may lack
+        pytest.skip(f"Piper voice not available: {exc}")
+    start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
+    n = int(48 * ms)
+    return (ah[start : start + n] * np.hanning(n) ** 0.3).astype(np.float32)
+
+
+class ReplyConversation(FakeConversation):
+    """One 4 s reply (a 300 Hz hum) on the caller's first audio, then done."""
+
+    talking = False
+
+    def send(self, event):
+        super().send(event)
+        if isinstance(event, InputAudioBufferAppend) and not self.talking:
+            self.talking = True
+            self.emit(ResponseCreated(response_id="talk", item_id="i-talk"))
+            hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
+            for n in range(REPLY_S):
+                self.emit(ResponseAudioDelta(response_id="talk", item_id="i-talk", audio=hum,
+                                             sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0))
+            self.emit(ResponseAudioDone(response_id="talk", item_id="i-talk"))
+
+
+class ReplyBackend(EchoBackend):
+    async def open(self):
+        conversation = ReplyConversation()
+        self.conversations.append(conversation)
+        return conversation
+
+
+async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_whole_reply(host_address):
+    burst = vocal_burst()
+    quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
+    caller = np.concatenate([quiet(1.0), burst, quiet(1.0), burst, quiet(REPLY_S)])  # two tries at a pause
+    backend = ReplyBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(caller))
+    try:
+        await client.connect(http)
+        await wait_for(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
+                       "the reply to play out")
+        conversation = backend.conversations[0]
+        path = app[WEBRTC_PEERS].sessions[client.pc_id].audio
+        ack = conversation.sent_of(PlaybackAck)[0]
+        print(f"pauses {path.pauses}, false pauses {path.false_pauses}, "
+              f"pause lengths {path.figures.recent('false_pause_ms')} ms")
+        assert not conversation.sent_of(ResponseCancel)
+        assert path.pauses >= 1 and path.false_pauses == path.pauses
+        assert ack.response_id == "talk" and ack.played_ms == pytest.approx(1000.0 * REPLY_S)  # nothing skipped
+        # The caller heard the reply: every 20 ms of it but the pauses' (each at most a few frames).
+        reply_frames = 50 * REPLY_S
+        await wait_for(lambda: client.loud_frames() >= reply_frames - 5, 10, "the rest of the reply at the caller")
+        levels = [float(np.sqrt(np.mean(f**2))) for f in client.received]
+        loud = [i for i, level in enumerate(levels) if level > 0.02]
+        gaps = [b - a - 1 for a, b in zip(loud, loud[1:]) if b - a > 1]
+        assert gaps and max(gaps) <= 16  # the pause (at most 256 ms unconfirmed), heard as a gap
+    finally:
+        await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()
