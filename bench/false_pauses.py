@@ -1,0 +1,264 @@
+"""False pauses: coughs, knocks, short vocal bursts and backchannels played over the agent.
+
+Each clip is played over a reply of Piper speech through the real call path (CallAudioPath,
+PlayoutQueue, the real Silero edge VAD), at 4 offsets against the VAD's 32 ms window grid,
+in three modes in the same run:
+
+- ``pause``: the edge pauses at the first window over the threshold, then cancels once the
+  speech holds (the session VAD's minimum speech, 100 ms) or resumes;
+- ``no pause``: the same confirm rule with pausing off (``pause_on_onset=False``);
+- ``before``: the edge rule before the pause: no pause, cancel at the first window (32 ms).
+
+Time is the audio's: one caller frame in and one agent frame out per 20 ms step, as the
+transports pace it, so the figures are the worker's reaction without a transport (no
+network, no caller jitter buffer) and do not depend on the machine's load. Per clip: how
+many trials paused, resumed, cancelled; the pause as the caller heard it (the playout's own
+count, fade-out to fade-in) and from the clip's onset frame to the frame the reply came back
+in; what a resumed reply skipped (its ack against its length). Then held speech: onset frame
+to the first quiet frame. Then continuous noise (bad input): bursts all through a reply.
+
+Run: python -m bench.false_pauses [--offsets 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.direct_path import acoustic_onset
+from bench.stats import spread
+from devtools.speech import speak
+from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.agent.protocol.events import (
+    ClientEvent,
+    PlaybackAck,
+    ResponseAudioDelta,
+    ResponseAudioDone,
+    ResponseCancel,
+    ResponseCreated,
+    ResponseDone,
+    ServerEvent,
+)
+from duplex_agent.plugins.contract import DuplexCapabilities
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES
+
+RATE = 48000
+FRAME_MS = 20.0
+AGENT_TEXT = "The ship sailed on across the grey sea while the crew sang the old songs of home."
+LEAD_MS = 600.0  # the reply plays this long before the clip
+CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_samples=1600,
+                          output_sample_rate=22050, max_sessions=1)
+MODES = {"pause": {"pause_on_onset": True}, "no pause": {"pause_on_onset": False},
+         "before": {"pause_on_onset": False, "barge_in_min_speech_ms": 32.0}}
+
+
+# ---------------------------------------------------------------- the clips
+
+_rng = np.random.default_rng(23)
+
+
+def _envelope(n: int, attack_s: float, decay_s: float) -> np.ndarray:
+    t = np.arange(n) / RATE
+    return np.minimum(1.0, t / attack_s) * np.exp(-t / decay_s)
+
+
+def knock(ms: float) -> np.ndarray:
+    """A knock on a table: a 180 Hz thud decaying in 15 ms under a click of noise."""
+    n = int(RATE * ms / 1000)
+    t = np.arange(n) / RATE
+    thud = np.sin(2 * np.pi * 180 * t) * np.exp(-t / 0.015)
+    click = _rng.standard_normal(n) * _envelope(n, 0.0005, 0.004)
+    return (0.6 * (0.7 * thud + 0.3 * click)).astype(np.float32)
+
+
+def noise_cough(ms: float) -> np.ndarray:
+    """An unvoiced cough: noise shaped into two broad formants, a fast attack and a decay."""
+    n = int(RATE * ms / 1000)
+    spectrum = np.fft.rfft(_rng.standard_normal(n))
+    hz = np.fft.rfftfreq(n, 1 / RATE)
+    spectrum *= np.exp(-(((hz - 700) / 500) ** 2)) + 0.5 * np.exp(-(((hz - 1800) / 700) ** 2))
+    shaped = np.fft.irfft(spectrum, n)
+    return (0.5 * shaped / np.abs(shaped).max() * _envelope(n, 0.01, ms / 3000)).astype(np.float32)
+
+
+def vocal_burst(ms: float) -> np.ndarray:
+    """A voiced grunt or throat-clear: the first ``ms`` of Piper's "ah", edges softened."""
+    ah = speak("ah", RATE)
+    start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
+    n = int(RATE * ms / 1000)
+    return (ah[start : start + n] * np.hanning(n) ** 0.3).astype(np.float32)
+
+
+def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:
+    return {
+        "sounds": [("knock 40 ms", knock(40)), ("knock 80 ms", knock(80)),
+                   ("cough (noise) 150 ms", noise_cough(150)), ("cough (noise) 250 ms", noise_cough(250)),
+                   *((f"vocal burst {ms} ms", vocal_burst(ms)) for ms in (40, 48, 64, 80))],
+        "backchannels": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("mm-hm", "yeah", "uh huh", "okay")],
+        "speech": [('"Hold on, wait a moment please." (Piper)', speak("Hold on, wait a moment please.", RATE))],
+    }
+
+
+def continuous_noise(seconds: float = 3.0, every_ms: float = 160.0) -> np.ndarray:
+    """Bad input: a 48 ms vocal burst every ``every_ms``, all through the reply."""
+    period = np.zeros(int(RATE * every_ms / 1000), np.float32)
+    burst = vocal_burst(48)
+    period[: burst.size] = burst
+    return np.tile(period, int(seconds * 1000 / every_ms))
+
+
+# ---------------------------------------------------------------- one trial
+
+
+class ReplyConversation:
+    """One reply of agent speech, queued at once; records what the call path sends."""
+
+    session_id = "bench"
+    capabilities = CAPS
+    _ids = itertools.count(1)
+
+    def __init__(self, reply: np.ndarray) -> None:
+        self.sent: list[ClientEvent] = []
+        self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
+        self.response_id = f"reply-{next(self._ids)}"
+        self._events.put_nowait(ResponseCreated(response_id=self.response_id, item_id="i"))
+        step = CAPS.output_sample_rate // 10
+        for start in range(0, reply.size, step):
+            chunk = reply[start : start + step]
+            self._events.put_nowait(ResponseAudioDelta(
+                response_id=self.response_id, item_id="i", audio=chunk, sample_rate=CAPS.output_sample_rate,
+                audio_start_ms=1000.0 * start / CAPS.output_sample_rate, audio_ms=1000.0 * chunk.size / CAPS.output_sample_rate))
+        self._events.put_nowait(ResponseAudioDone(response_id=self.response_id, item_id="i"))
+        self._events.put_nowait(ResponseDone(response_id=self.response_id, status="completed"))
+
+    def send(self, event: ClientEvent) -> None:
+        self.sent.append(event)
+
+    async def events(self) -> AsyncIterator[ServerEvent]:
+        while True:
+            yield await self._events.get()
+
+    @property
+    def queued(self) -> int:
+        return self._events.qsize()
+
+    async def close(self, reason: str = "client_closed") -> None:
+        pass
+
+
+@dataclass
+class Trial:
+    paused: int = 0
+    resumed: int = 0
+    withheld: int = 0
+    cancelled: bool = False
+    gaps_ms: list[float] = field(default_factory=list)  # each pause as heard: fade-out to fade-in
+    onset_to_resume_ms: float | None = None  # the clip's onset frame to the frame the reply came back in
+    reaction_ms: float | None = None  # the clip's onset frame to the first frame the agent went quiet in
+    skipped_ms: float | None = None  # of a reply not cancelled: its length less what was played
+
+
+async def trial(vad: SileroVadModel, reply: np.ndarray, reply_ms: float, clip: np.ndarray, offset_ms: float,
+                mode: dict) -> Trial:
+    conversation = ReplyConversation(reply)
+    path = CallAudioPath(conversation, vad_model=vad, **mode)
+    await path.start()
+    while conversation.queued:  # the reply is in the playout before the first frame
+        await asyncio.sleep(0)
+    lead = np.full(int(RATE * (LEAD_MS + offset_ms) / 1000), 1e-4, np.float32)
+    caller = np.concatenate([lead, clip])
+    onset_frame = (lead.size + acoustic_onset(clip)) // FRAME_SAMPLES
+    result = Trial()
+    step = 0
+    while path.playout.playing or path.playout.paused or step * FRAME_SAMPLES < caller.size:
+        frame = caller[step * FRAME_SAMPLES : (step + 1) * FRAME_SAMPLES]
+        acted, resumed = path.pauses + path.barge_ins, path.false_pauses
+        path.push_caller_frame(np.pad(frame, (0, FRAME_SAMPLES - frame.size), constant_values=1e-4), RATE)
+        # what this push decided goes out in this step's frame
+        if result.reaction_ms is None and path.pauses + path.barge_ins > acted:
+            result.reaction_ms = FRAME_MS * (step - onset_frame)
+        if result.onset_to_resume_ms is None and path.false_pauses > resumed:
+            result.onset_to_resume_ms = FRAME_MS * (step - onset_frame)
+        path.next_frame()
+        step += 1
+    result.paused, result.resumed, result.withheld = path.pauses, path.false_pauses, path.pauses_withheld
+    result.cancelled = any(isinstance(e, ResponseCancel) for e in conversation.sent)
+    result.gaps_ms = path.figures.recent("false_pause_ms")
+    if not result.cancelled:
+        ack = next(e for e in conversation.sent if isinstance(e, PlaybackAck))
+        result.skipped_ms = reply_ms - ack.played_ms
+    await path.close()
+    return result
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _share(trials: list[Trial]) -> str:
+    return f"{sum(t.cancelled for t in trials)}/{len(trials)}"
+
+
+async def run(offsets: int) -> None:
+    vad = SileroVadModel.shared()
+    reply = speak(AGENT_TEXT, CAPS.output_sample_rate)
+    reply_ms = 1000.0 * reply.size / CAPS.output_sample_rate
+    clips = clip_set()
+    shifts = [32.0 * k / offsets for k in range(offsets)]
+    print(f"agent reply {reply_ms:.0f} ms of Piper speech; each clip {LEAD_MS:.0f} ms into it, at offsets "
+          f"{', '.join(f'{s:.0f}' for s in shifts)} ms against the 32 ms VAD windows; modes: {', '.join(MODES)}")
+    totals: dict[str, dict[str, list[Trial]]] = {group: {m: [] for m in MODES} for group in clips}
+    for group, members in clips.items():
+        print(f"\n-- {group}")
+        for name, clip in members:
+            for mode_name, mode in MODES.items():
+                trials = [await trial(vad, reply, reply_ms, clip, s, mode) for s in shifts]
+                totals[group][mode_name] += trials
+                gaps = [g for t in trials for g in t.gaps_ms]
+                back = [t.onset_to_resume_ms for t in trials if t.onset_to_resume_ms is not None]
+                skipped = [t.skipped_ms for t in trials if t.skipped_ms is not None]
+                line = (f"   {name:34} {mode_name:8}  paused {sum(t.paused > 0 for t in trials)}/{len(trials)}, "
+                        f"resumed {sum(t.resumed > 0 for t in trials)}, cancelled {_share(trials)}")
+                if gaps:
+                    line += f"; pause heard max {max(gaps):.0f} ms, onset->back max {max(back):.0f} ms"
+                if skipped:
+                    line += f"; skipped max {max(skipped):.1f} ms"
+                print(line, flush=True)
+    print("\n== summary (share of trials that cancelled the reply; the pause as the caller heard it)")
+    for group in ("sounds", "backchannels"):
+        print(f"   {group:13} " + ", ".join(f"{m} {_share(totals[group][m])}" for m in MODES))
+    paused = [t for group in ("sounds", "backchannels") for t in totals[group]["pause"]]
+    gaps = [g for t in paused for g in t.gaps_ms]
+    back = [t.onset_to_resume_ms for t in paused if t.onset_to_resume_ms is not None]
+    print(f"   false pauses: {sum(t.resumed for t in paused)} in {len(paused)} trials; pause heard {spread(gaps)}; "
+          f"clip onset frame -> reply back {spread(back)}; within 300 ms: {sum(b <= 300 for b in back)}/{len(back)}")
+    print(f"   skipped in resumed replies: max {max([t.skipped_ms or 0.0 for t in paused], default=0.0):.1f} ms")
+    for mode_name in MODES:
+        reactions = [t.reaction_ms for t in totals["speech"][mode_name] if t.cancelled and t.reaction_ms is not None]
+        print(f"   held speech, {mode_name:8}: cancelled {_share(totals['speech'][mode_name])}; onset frame -> first "
+              f"quiet frame {spread(reactions)}")
+
+    print("\n== bad input: a 48 ms vocal burst every 160 ms for 3 s, over one reply")
+    noise = continuous_noise()
+    for mode_name, mode in MODES.items():
+        trials = [await trial(vad, reply, reply_ms, noise, s, mode) for s in shifts]
+        print(f"   {mode_name:8}: pauses {', '.join(str(t.paused) for t in trials)} per reply (bound "
+              f"{'3' if mode['pause_on_onset'] else '-'}), withheld {', '.join(str(t.withheld) for t in trials)}; "
+              f"cancelled {_share(trials)}; pause heard {spread([g for t in trials for g in t.gaps_ms])}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--offsets", type=int, default=4, help="clip offsets against the 32 ms VAD window grid")
+    args = parser.parse_args()
+    print("== false pauses: sounds over the agent through the call path, three edge rules in one run ==", flush=True)
+    asyncio.run(run(args.offsets))
+
+
+if __name__ == "__main__":
+    main()
