@@ -12,6 +12,15 @@ Continuous noise must not make the agent stutter: after ``max_false_pauses`` fal
 one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
 it. A reply the caller was already talking over when it began (the caller's speech had not
 ended) is neither paused nor cancelled, as before: the model started it over the caller.
+
+Models that handle overlap themselves (``handles_overlap``, Moshi): under overlap policy
+"listen" the call path never consults the gate, so the model's audio, its own backchannels
+over the caller included, goes out untouched. Under "barge_in" they are paused like any model;
+a sound that does not hold gives the model its audio back where it stopped, with what it
+produced meanwhile queued behind it (a frame-synchronous model's reply runs late by the pause,
+at most max_false_pauses x max_pause_ms per reply, and nothing is skipped), and the model,
+which hears every frame of the caller, decides itself what to make of the sound. Before the
+pause, one 32 ms window cancelled such a model at the edge.
 """
 
 from __future__ import annotations
