@@ -21,6 +21,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from duplex_agent.agent.metrics import SESSIONS_TOTAL
+from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.peer_session import TRANSPORT, PeerSession
@@ -130,11 +131,10 @@ WEBRTC_PEERS = web.AppKey("webrtc_peers", PeerRegistry)
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
-    body = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
-        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    try:
+        body = await read_whole_body(request, MAX_BODY_BYTES)
+    except BodyTooLarge as exc:
+        raise SignalingError(exc.status, exc.code, str(exc)) from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
