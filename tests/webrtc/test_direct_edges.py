@@ -99,9 +99,11 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
         await wait_for(lambda: len(metrics()) == 1, 10, "the first metrics message when the channel opens")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         await wait_for(lambda: session.audio.figures.last("input_added_ms") is not None, 10, "caller audio")
-        # The caller's audio is decoded on the loop by the session's reader, in aiortc's decoder queue's place.
+        # The caller's audio is decoded on the loop by the session's reader, in aiortc's jitter buffer's
+        # and decoder queue's place.
         receiver = next(t.receiver for t in session.pc.getTransceivers() if t.kind == "audio")
-        assert receiver._RTCRtpReceiver__decoder_queue is session._reader
+        assert receiver._RTCRtpReceiver__decoder_queue is session.caller_reader
+        assert receiver._RTCRtpReceiver__jitter_buffer is session.caller_reader
         seen = len(session.audio.figures.recent("input_added_ms"))
         await wait_for(lambda: len(session.audio.figures.recent("input_added_ms")) >= seen + 25, 10,
                        "more caller frames (0.5 s, two metrics periods)")

@@ -18,6 +18,7 @@ from aiortc.codecs.base import Decoder
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from duplex_agent.webrtc.direct.aiortc_receiver import take_decoder_queue
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -149,16 +150,20 @@ def frame_to_mono_f32(frame: av.AudioFrame) -> np.ndarray:
 
 
 class CallerAudioReader:
-    """Decodes the caller's Opus on the event loop as aiortc's receiver hands it over,
-    and gives each frame to ``sink`` as mono float32: no thread hop and no task per frame.
+    """The caller's audio through aiortc's own jitter buffer (``receive_buffer=aiortc``, kept
+    to compare with ``caller_receive.AdaptiveCallerAudioReader``): decodes the caller's Opus
+    on the event loop as aiortc's receiver hands it over, and gives each frame to ``sink``
+    as mono float32: no thread hop and no task per frame.
 
     aiortc decodes on a thread of its own per receiver and hands every frame back to
     the loop as a new task; its receiver passes each encoded frame to that thread
-    through ``_RTCRtpReceiver__decoder_queue``. This reader takes that queue's place
-    before the receiver starts: ``put`` decodes in line (libopus, ~30 us a frame).
-    aiortc's thread still starts, and waits in ``get`` until the receiver stops
-    (``put(None)``), which also ends the call as the track's end did.
+    through its decoder queue. This reader takes that queue's place before the receiver
+    starts (``aiortc_receiver.take_decoder_queue``): ``put`` decodes in line (libopus,
+    ~30 us a frame). aiortc's thread still starts, and waits in ``get`` until the
+    receiver stops (``put(None)``), which also ends the call as the track's end did.
     """
+
+    kind = "aiortc"
 
     def __init__(
         self,
@@ -167,14 +172,12 @@ class CallerAudioReader:
         *,
         on_ended: Callable[[], None] | None = None,
     ) -> None:
-        if getattr(receiver, "_RTCRtpReceiver__started", True):
-            raise RuntimeError("the caller's receiver has started: its decoder queue can no longer be replaced")
         self._sink = sink
         self._on_ended = on_ended
         self._decoder: Decoder | None = None
         self._codec_name = ""
         self._stopped = threading.Event()
-        receiver._RTCRtpReceiver__decoder_queue = self  # type: ignore[attr-defined]
+        take_decoder_queue(receiver, self)
 
     # ---- the receiver's side (on the loop) ----
 
