@@ -13,17 +13,20 @@ from aiortc.jitterbuffer import JitterFrame
 from duplex_agent.agent.protocol.events import ResponseTranscriptDelta, ResponseTranscriptDone
 from duplex_agent.webrtc.direct import peer_session
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
-from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32, opus_voice_encoder
+from duplex_agent.webrtc.direct.tracks import OPUS_EXPECTED_LOSS_PERCENT, OpusVoiceEncoder, PlayoutTrack, frame_to_mono_f32
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
 from .fakes import EchoBackend
 from .test_peer import serve
 
 
-def test_the_voice_encoder_takes_fec_and_the_bitrate():
-    encoder = opus_voice_encoder(24000)
-    assert encoder.options == {}  # libopus consumed every option: in-band FEC and its loss rate included
-    assert (encoder.layout.name, encoder.bit_rate) == ("mono", 24000)
+def test_the_voice_encoder_starts_with_fec_and_follows_the_expected_loss():
+    encoder = OpusVoiceEncoder(24000)
+    assert (encoder.fec, encoder.expected_loss_percent) == (True, OPUS_EXPECTED_LOSS_PERCENT)
+    encoder.set_expected_loss(0)
+    assert not encoder.fec
+    encoder.set_expected_loss(7)
+    assert (encoder.fec, encoder.expected_loss_percent) == (True, 7)
 
 
 async def _packets(track: PlayoutTrack, n: int) -> list[av.Packet]:

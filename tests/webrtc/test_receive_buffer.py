@@ -11,7 +11,7 @@ import pytest
 
 from devtools.rtp_stream import FRAME_S, deliver, opus_packets, play
 from duplex_agent.webrtc.direct.libopus import OpusDecoder, packet_has_fec
-from duplex_agent.webrtc.direct.receive_buffer import FRAME_SAMPLES, MAX_TARGET_DELAY_S
+from duplex_agent.webrtc.direct.receive_buffer import FRAME_SAMPLES, LATE_RUN_RESTART, MAX_TARGET_DELAY_S
 
 SENTENCE = "Could you tell me what the weather is like in Paris this weekend?"
 
@@ -174,6 +174,22 @@ def test_a_sender_that_paused_its_clock_restarts_the_stream_without_a_hole():
     # The 3 s were filled as they passed; then the stream went on from where the timeline stood.
     assert playback.outcomes[half:half + 100] == ["concealed"] * 100
     assert playback.outcomes[-(len(stream) - half):] == ["received"] * (len(stream) - half)
+
+
+def test_a_path_that_grows_longer_restarts_the_stream_after_a_few_late_packets():
+    """The path's delay grows by 300 ms at once: the places of the packets on their way are filled
+    as their deadlines pass; the packets that then come late start the stream again."""
+    stream = deliver(packets(), delay_s=0.01)
+    half = len(stream) // 2
+    for packet in stream[half:]:
+        packet.arrival += 0.3
+    buffer, playback = play(stream)
+    counts = buffer.counts
+    assert counts.timestamp_jumps == 1
+    assert counts.late == LATE_RUN_RESTART - 1
+    assert counts.received == len(stream) - counts.late
+    assert playback.outcomes[-(len(stream) - half - counts.late):] == ["received"] * (len(stream) - half - counts.late)
+    assert counts.samples_out == FRAME_SAMPLES * (counts.received + counts.concealed)  # the wait, concealed: no gap
 
 
 # ---- bad input: counted, concealed, never an exception, and the stream goes on ----

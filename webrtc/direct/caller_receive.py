@@ -6,7 +6,9 @@ aiortc's jitter buffer (``aiortc_receiver.take_packets``) and goes into a
 (libopus, tens of microseconds a frame) and hands the caller's timeline to
 ``sink``. One timer on the loop fills a hole at its deadline when no packet
 comes to fill it, so a caller whose packets stop still has a timeline that runs,
-and is heard again as soon as packets return.
+and is heard again as soon as packets return. A timer that fires late (the loop
+was busy) first waits as long again: the packets of that time are then still
+queued in the socket and in aiortc's pipeline, not lost.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from aiortc import RTCRtpReceiver
 
 from duplex_agent.agent.metrics import RECEIVE_BUFFERS, RECEIVE_DELAY_MS
 from duplex_agent.webrtc.direct.aiortc_receiver import take_decoder_queue, take_packets
-from duplex_agent.webrtc.direct.receive_buffer import ReceiveBuffer
+from duplex_agent.webrtc.direct.receive_buffer import MAX_TARGET_DELAY_S, ReceiveBuffer
 
 logger = logging.getLogger("duplex_agent.webrtc")
+
+#: A deadline timer this late means the loop was held up (not that the packets stopped).
+STALL_S = 0.01
 
 
 class AdaptiveCallerAudioReader:
@@ -46,6 +51,7 @@ class AdaptiveCallerAudioReader:
         self._stopped = threading.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._hold_until: float | None = None  # a late timer waits for queued packets until then
         self.buffer = ReceiveBuffer(self._hand_on, on_frame=_record_delay)
         take_packets(receiver, self)
         take_decoder_queue(receiver, self)
@@ -90,6 +96,8 @@ class AdaptiveCallerAudioReader:
 
     def _schedule(self) -> None:
         deadline = self.buffer.next_deadline()
+        if deadline is not None and self._hold_until is not None:
+            deadline = max(deadline, self._hold_until)
         if deadline == self._timer_at:
             return
         if self._timer is not None:
@@ -99,9 +107,18 @@ class AdaptiveCallerAudioReader:
             self._timer = self._loop.call_at(deadline, self._on_deadline)
 
     def _on_deadline(self) -> None:
+        now, due = self._loop.time(), self._timer_at
+        assert due is not None
         self._timer = self._timer_at = None
+        if self._hold_until is None and now - due > STALL_S:
+            # The loop was held up: the caller's packets of that time may still be in the socket and in
+            # aiortc's receive pipeline. They get as long again before their places are filled.
+            self._hold_until = now + min(now - due, MAX_TARGET_DELAY_S)
+            self._schedule()
+            return
+        self._hold_until = None
         try:
-            self.buffer.drain(self._loop.time())
+            self.buffer.drain(now)
         except Exception:
             logger.exception("caller receive buffer failed to fill a hole")
             self._timer_at = self.buffer.next_deadline()  # not again for this hole: the next packet retries

@@ -1,7 +1,7 @@
 """One browser peer: an aiortc connection bound to one duplex conversation.
 
-The session owns everything it starts (the caller reader, the playout track,
-the metrics ticker, the connect deadline) and closes it all, with the
+The session owns everything it starts (the caller reader, the playout track and
+the loss follower that sets its FEC, the metrics ticker, the connect deadline) and closes it all, with the
 conversation, when the peer goes.
 """
 
@@ -29,6 +29,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
+from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
@@ -71,6 +72,7 @@ class PeerSession:
             on_closed=lambda: self.finish("conversation_closed"), **audio_options,
         )
         self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
+        self.loss_follower = LossFollower(self.playout_track.encoder)
         self.receive_buffer = receive_buffer
         self.caller_reader: AdaptiveCallerAudioReader | CallerAudioReader | None = None
         self._channel: RTCDataChannel | None = None
@@ -125,7 +127,8 @@ class PeerSession:
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind != "audio" or self.caller_reader is not None:
             return
-        self.pc.addTrack(self.playout_track)
+        sender = self.pc.addTrack(self.playout_track)
+        self._tasks.append(asyncio.create_task(self.loss_follower.follow(sender), name=f"peer-{self.pc_id}-loss"))
         receiver = next(t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track)
         on_ended = lambda: self.finish("track_ended")  # noqa: E731
         if self.receive_buffer == "aiortc":

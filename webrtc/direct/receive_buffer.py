@@ -16,7 +16,8 @@ place was filled is dropped as late.
 Each sample of the timeline is accounted for in ``ReceiveCounts``: received,
 recovered (FEC), concealed, and the packets dropped as late, reordered, duplicated,
 not Opus, or from a restart (an SSRC change, a timestamp jump of over
-``RESYNC_S`` from where the wall clock puts the stream). A restart starts a new
+``RESYNC_S`` ahead of where the wall clock puts the stream, or behind what was
+already handed on, or ``LATE_RUN_RESTART`` packets in a row after their places). A restart starts a new
 stream where the timeline stands: what was handed on stays, nothing is inserted.
 
 No I/O here: the owner feeds packets with their arrival times and calls ``drain``
@@ -51,6 +52,8 @@ SPREAD_PERCENTILE = 98
 _SPREAD_EVERY = 8
 _DELAYS_KEPT = 500  # 10 s of frames for the p95
 _SEQUENCE_JUMP = 100
+#: This many packets in a row after their places: the stream fell behind the clock, and restarts.
+LATE_RUN_RESTART = 3
 _MAX_PENDING = 256  # packets held at once (about 5 s of 20 ms packets)
 _U32 = 1 << 32
 
@@ -120,6 +123,7 @@ class ReceiveBuffer:
         self._pending: dict[int, _Packet] = {}
         self._transits = _Transits(0.0)
         self._last_transit: float | None = None
+        self._late_run = 0  # packets in a row that came after their places were filled
         self.jitter_s = 0.0  # RFC 3550 interarrival jitter, in seconds
         self.delays_s: deque[float] = deque(maxlen=_DELAYS_KEPT)  # arrival to handoff, per frame from a packet
 
@@ -158,15 +162,25 @@ class ReceiveBuffer:
         else:
             rtp = self._highest + (((timestamp - self._highest) + (_U32 >> 1)) % _U32) - (_U32 >> 1)
             expected = self._base + (arrival - self._transits.earliest) * SAMPLE_RATE
-            if abs(rtp - expected) > RESYNC_S * SAMPLE_RATE:
+            # Far ahead of the wall clock, or far behind what was handed on (a sender that paused its
+            # clock); a packet that is only late, its place not yet handed on, is no jump.
+            if rtp - expected > RESYNC_S * SAMPLE_RATE or self._cursor - rtp > RESYNC_S * SAMPLE_RATE:
                 self.counts.timestamp_jumps += 1
                 self._restart()
                 self._start(rtp, arrival)
 
-        transit = arrival - (rtp - self._base) / SAMPLE_RATE
         if rtp < self._cursor:
-            self.counts.late += 1
-            return
+            self._late_run += 1
+            if self._late_run < LATE_RUN_RESTART:
+                self.counts.late += 1
+                return
+            # Packets keep coming after their places: the stream has fallen behind the clock (a sender
+            # whose clock stopped a while, a longer path): it restarts here, nothing more is dropped.
+            self.counts.timestamp_jumps += 1
+            self._restart()
+            self._start(rtp, arrival)
+        self._late_run = 0
+        transit = arrival - (rtp - self._base) / SAMPLE_RATE
         if rtp in self._pending:
             self.counts.duplicates += 1
             return
@@ -181,7 +195,7 @@ class ReceiveBuffer:
         self._transits.add(transit)
         self._highest = max(self._highest, rtp)
         self._pending[rtp] = _Packet(opus, samples, arrival)
-        self.drain(arrival)
+        self._drain(arrival, open_holes=False)
 
     def _start(self, rtp: int, arrival: float) -> None:
         self._cursor = self._highest = self._base = rtp
@@ -204,14 +218,19 @@ class ReceiveBuffer:
         return self._transits.earliest + (self._cursor - self._base) / SAMPLE_RATE + self.target_delay_s
 
     def drain(self, now: float) -> None:
-        """Hand on every part of the timeline that is whole, or whose hole's deadline has passed by ``now``."""
+        """The clock: hand on every part of the timeline that is whole, or whose hole's deadline has passed by ``now``."""
+        self._drain(now, open_holes=True)
+
+    def _drain(self, now: float, *, open_holes: bool) -> None:
+        """A packet's arrival fills only holes a later packet has come after: one with none after it
+        may be a packet still on its way to the buffer behind a busy loop, and is left to the clock."""
         while self._cursor is not None:
             packet = self._pending.pop(self._cursor, None)
             if packet is not None:
                 self._hand_packet(packet, now)
                 continue
             deadline = self.next_deadline()
-            if deadline is None or now < deadline:
+            if deadline is None or now < deadline or not (open_holes or self._pending):
                 return
             self._fill_hole(now)
 
