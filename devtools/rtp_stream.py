@@ -43,11 +43,15 @@ def opus_packets(audio: np.ndarray, *, bitrate: int = 32000, expected_loss_perce
 
 
 def deliver(packets: list[RtpPacket], *, delay_s: float = 0.01, jitter_s: float = 0.0, loss: float = 0.0,
-            lost: set[int] = frozenset(), seed: int = 1) -> list[RtpPacket]:
-    """Give each packet an arrival: ``delay_s`` plus uniform ±``jitter_s``; random ``loss`` and the indices in ``lost`` are dropped."""
+            bursts: tuple[float, float] | None = None, lost: set[int] = frozenset(), seed: int = 1) -> list[RtpPacket]:
+    """Give each packet an arrival: ``delay_s`` plus uniform ±``jitter_s``. Dropped: random ``loss``,
+    Gilbert-Elliott ``bursts`` (p good->bad, p bad->good; all lost while bad), and the indices in ``lost``."""
     rng = random.Random(seed)
+    bad = False
     for index, packet in enumerate(packets):
-        dropped = index in lost or rng.random() < loss
+        if bursts is not None:
+            bad = rng.random() < (1 - bursts[1] if bad else bursts[0])
+        dropped = index in lost or bad or rng.random() < loss
         packet.arrival = None if dropped else packet.sent + delay_s + rng.uniform(-jitter_s, jitter_s)
     return packets
 
