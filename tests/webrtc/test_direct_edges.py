@@ -13,7 +13,12 @@ from aiortc.jitterbuffer import JitterFrame
 from duplex_agent.agent.protocol.events import ResponseTranscriptDelta, ResponseTranscriptDone
 from duplex_agent.webrtc.direct import peer_session
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
-from duplex_agent.webrtc.direct.tracks import OPUS_EXPECTED_LOSS_PERCENT, OpusVoiceEncoder, PlayoutTrack, frame_to_mono_f32
+from duplex_agent.webrtc.direct.tracks import (
+    OPUS_EXPECTED_LOSS_PERCENT,
+    OpusVoiceEncoder,
+    PlayoutTrack,
+    frame_to_mono_f32,
+)
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
 from .fakes import EchoBackend

@@ -61,7 +61,8 @@ def library() -> ctypes.CDLL:
         break
     else:
         raise OSError("no libopus found (PyAV's wheel bundles one; or install Debian's libopus0)")
-    p, i, f, s, b = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int16), ctypes.c_char_p
+    p, i, b = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    f, s = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int16)
     err = ctypes.POINTER(ctypes.c_int)
     lib.opus_get_version_string.restype = ctypes.c_char_p
     lib.opus_decoder_create.restype, lib.opus_decoder_create.argtypes = p, [ctypes.c_int32, i, err]

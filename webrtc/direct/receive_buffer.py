@@ -8,17 +8,18 @@ arrival (the stream's earliest transit over the last seconds) plus a target dela
 that follows the measured jitter: one frame (the lost packet's successor, whose FEC
 recovers it, is due a frame later) plus the larger of four times the RFC 3550
 interarrival jitter estimate and how late the latest 2 % of recent packets came
-(at least 5 ms; at most ``MAX_TARGET_DELAY_S`` in all). At the deadline the hole is filled with
-exactly its own duration: from the next packet's in-band FEC when that packet is
-there and carries it, else by libopus's concealment. A packet that comes after its
-place was filled is dropped as late.
+(at least 5 ms; at most ``MAX_TARGET_DELAY_S`` in all). At the deadline the hole is
+filled with exactly its own duration: from the next packet's in-band FEC when that
+packet is there and carries it, else by libopus's concealment. A packet that comes
+after its place was filled is dropped as late. A hole with no packet after it yet (the
+stream has stopped, or is late as a whole) waits ``OPEN_HOLE_GRACE_S`` longer.
 
 Each sample of the timeline is accounted for in ``ReceiveCounts``: received,
 recovered (FEC), concealed, and the packets dropped as late, reordered, duplicated,
 not Opus, or from a restart (an SSRC change, a timestamp jump of over
-``RESYNC_S`` ahead of where the wall clock puts the stream, or behind what was
-already handed on, or ``LATE_RUN_RESTART`` packets in a row after their places). A restart starts a new
-stream where the timeline stands: what was handed on stays, nothing is inserted.
+``RESYNC_S`` ahead of where the wall clock puts the stream or behind what was
+already handed on, ``LATE_RUN_RESTART`` packets in a row after their places). A
+restart starts a new stream where the timeline stands: what was handed on stays.
 
 No I/O here: the owner feeds packets with their arrival times and calls ``drain``
 at ``next_deadline`` (its loop's clock).
@@ -43,6 +44,10 @@ JITTER_MULTIPLE = 4.0
 #: The least margin past the next packet's expected arrival: a lost packet's successor,
 #: whose FEC recovers it, is due one frame after it.
 MIN_MARGIN_S = 0.005
+#: A hole with no packet after it yet waits this much longer: the whole stream may be late (a
+#: busy sender or loop), and concealing would insert time into the caller's speech. While
+#: packets stay away the timeline runs this far behind the clock, and catches up when they return.
+OPEN_HOLE_GRACE_S = 0.25
 #: A packet this far from where the wall clock puts the stream restarts it.
 RESYNC_S = 1.0
 #: The earliest transit and the spread are taken over this many recent packets (5 s), the spread
@@ -146,7 +151,8 @@ class ReceiveBuffer:
             self.counts.ssrc_changes += 1
             self._restart()
         self._ssrc = ssrc
-        if self._last_seq is not None and abs(((sequence - self._last_seq + 0x8000) & 0xFFFF) - 0x8000) > _SEQUENCE_JUMP:
+        step = ((sequence - self._last_seq + 0x8000) & 0xFFFF) - 0x8000 if self._last_seq is not None else 1
+        if abs(step) > _SEQUENCE_JUMP:
             self.counts.sequence_jumps += 1
         self._last_seq = sequence
 
@@ -215,10 +221,11 @@ class ReceiveBuffer:
         """When the hole at the head of the timeline is filled (None: nothing to wait for)."""
         if self._cursor is None or self._cursor in self._pending:
             return None
-        return self._transits.earliest + (self._cursor - self._base) / SAMPLE_RATE + self.target_delay_s
+        deadline = self._transits.earliest + (self._cursor - self._base) / SAMPLE_RATE + self.target_delay_s
+        return deadline if self._pending else deadline + OPEN_HOLE_GRACE_S
 
     def drain(self, now: float) -> None:
-        """The clock: hand on every part of the timeline that is whole, or whose hole's deadline has passed by ``now``."""
+        """The clock: hand on all of the timeline that is whole, or whose hole's deadline passed by ``now``."""
         self._drain(now, open_holes=True)
 
     def _drain(self, now: float, *, open_holes: bool) -> None:
@@ -242,7 +249,7 @@ class ReceiveBuffer:
             except OpusError:
                 self.counts.invalid += 1
         if audio is None or audio.size != packet.samples:
-            self._conceal(packet.samples, now)
+            self._conceal(packet.samples)
             return
         self.counts.received += 1
         self._hand(audio, "received", now - packet.arrival)
@@ -264,9 +271,9 @@ class ReceiveBuffer:
                     self.counts.recovered += 1
                     self._hand(audio, "recovered", now - packet.arrival)
                     return
-        self._conceal(min(gap, FRAME_SAMPLES), now)
+        self._conceal(min(gap, FRAME_SAMPLES))
 
-    def _conceal(self, samples: int, now: float) -> None:
+    def _conceal(self, samples: int) -> None:
         """Exactly ``samples`` of concealment (libopus's, in 2.5 ms steps; zeros for a remainder below that)."""
         whole = samples - samples % _MIN_CHUNK
         audio = np.zeros(samples, np.float32)
