@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 from aiortc import RTCRtpReceiver
+from aiortc.rtp import RtpPacket
 
 from duplex_agent.agent.metrics import RECEIVE_BUFFERS, RECEIVE_DELAY_MS
 from duplex_agent.webrtc.direct.aiortc_receiver import take_decoder_queue, take_packets
@@ -33,8 +34,6 @@ STALL_S = 0.01
 
 class AdaptiveCallerAudioReader:
     """One call's caller track: packets in from aiortc's receiver, the timeline out to ``sink``."""
-
-    kind = "adaptive"
 
     def __init__(
         self,
@@ -66,7 +65,7 @@ class AdaptiveCallerAudioReader:
 
     # ---- the receiver's side (on the loop) ----
 
-    def add(self, packet) -> tuple[bool, None]:
+    def add(self, packet: RtpPacket) -> tuple[bool, None]:
         """An RTP packet from aiortc's receiver (in its jitter buffer's place): no PLI, no frame for its decoder."""
         if not self._stopped.is_set():
             try:

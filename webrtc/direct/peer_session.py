@@ -1,8 +1,8 @@
 """One browser peer: an aiortc connection bound to one duplex conversation.
 
 The session owns everything it starts (the caller reader, the playout track and
-the loss follower that sets its FEC, the metrics ticker, the connect deadline) and closes it all, with the
-conversation, when the peer goes.
+the loss follower that sets its FEC, the metrics ticker, the connect deadline)
+and closes it all, with the conversation, when the peer goes.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ METRICS_INTERVAL_S = 5.0
 METRICS_REQUEST = "metrics.request"
 _EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
 _MAX_PAGE_MESSAGE = 16 * 1024
-#: The caller's receive buffer: ours (adaptive, FEC and concealment), or aiortc's own (to compare).
+#: The caller's receive buffer: ours (adaptive, FEC and concealment), or aiortc's own (to compare);
+#: register_webrtc_routes refuses any other.
 RECEIVE_BUFFERS = ("adaptive", "aiortc")
 
 
@@ -61,8 +62,6 @@ class PeerSession:
         receive_buffer: str = RECEIVE_BUFFERS[0],
         **audio_options: Any,
     ) -> None:
-        if receive_buffer not in RECEIVE_BUFFERS:
-            raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFERS)}, not {receive_buffer!r}")
         self.pc_id = pc_id
         self.pc = pc
         self.conversation = conversation

@@ -44,7 +44,6 @@ class OpusVoiceEncoder:
 
     def __init__(self, bitrate: int = DEFAULT_OPUS_BITRATE, *,
                  expected_loss_percent: int = OPUS_EXPECTED_LOSS_PERCENT) -> None:
-        self.bitrate = bitrate
         self._opus = OpusEncoder(bitrate, complexity=OPUS_COMPLEXITY, expected_loss_percent=expected_loss_percent)
 
     def encode(self, samples: np.ndarray) -> bytes:
@@ -82,9 +81,10 @@ class PlayoutTrack(MediaStreamTrack):
     playout clear is heard in the very next frame.
 
     The track yields encoded ``av.Packet``s, which aiortc's sender only packs: the
-    encode (libopus through ``OpusVoiceEncoder``) runs here, on the loop, instead of a
-    thread-pool hop per frame into aiortc's stereo 96 kb/s encoder. aiortc adds the RTP audio-level header
-    extension only to frames it encodes itself, so this track sends none.
+    encode (libopus through ``OpusVoiceEncoder``) runs here, on the loop, instead of
+    a thread-pool hop per frame into aiortc's stereo 96 kb/s encoder. aiortc adds the
+    RTP audio-level header extension only to frames it encodes itself, so this track
+    sends none.
 
     While the agent is quiet (an all-zero frame, most of a call) the packet is the
     encoder's own steady packet for silence, made once: encoding silence cost about
@@ -166,8 +166,6 @@ class CallerAudioReader:
     ~30 us a frame). aiortc's thread still starts, and waits in ``get`` until the
     receiver stops (``put(None)``), which also ends the call as the track's end did.
     """
-
-    kind = "aiortc"
 
     def __init__(
         self,
