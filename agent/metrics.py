@@ -3,7 +3,10 @@ and its Prometheus metrics, served at ``GET /metrics``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 #: Every latency figure a person reads, by name: what it measures, from where to where.
 #: The page shows these as tooltips, /metrics as help text, and logs name the figure.
@@ -26,6 +29,10 @@ FIGURE_DEFINITIONS: dict[str, str] = {
     "input_added_ms": (
         "Input added: from a caller frame reaching the worker to its audio being handed to the "
         "conversation (resampling, chunking and work time)."
+    ),
+    "receive_delay_ms": (
+        "Receive buffer delay: from a caller packet's arrival at the worker (direct path) to its 20 ms "
+        "frame handed to the call path: the wait for an earlier packet that was late or lost."
     ),
     "output_added_ms": (
         "Output added: from the first audio of a reply arriving from the model to its first "
@@ -87,6 +94,83 @@ END_OF_TURN_CONFIDENT = Counter(
     "Pauses the end-of-turn model judged the end of the turn (it ends after the short window unless speech resumes)",
     registry=REGISTRY,
 )
+
+RECEIVE_DELAY_MS = Histogram(
+    "duplex_receive_delay_ms", FIGURE_DEFINITIONS["receive_delay_ms"] + " In ms, all calls.",
+    buckets=(1, 5, 10, 20, 30, 40, 60, 80, 100, 150, 200, 300), registry=REGISTRY,
+)
+
+#: What the direct path's receive buffer counts, per call and in total (``receive_frames``/``receive_packets``).
+RECEIVE_FRAME_OUTCOMES = {
+    "received": "decoded from their own packet",
+    "recovered": "lost, recovered from the next packet's Opus in-band FEC",
+    "concealed": "filled by libopus's packet-loss concealment (lost, or not Opus)",
+}
+RECEIVE_PACKET_EVENTS = {
+    "lost": "not there by their frame's deadline",
+    "reordered": "came after a later packet, in time to be put in place",
+    "late": "came after their frame was filled, dropped",
+    "duplicates": "came twice",
+    "invalid": "not Opus (garbage or truncated payloads)",
+    "ssrc_changes": "the caller's stream changed SSRC",
+    "timestamp_jumps": "the RTP timestamp jumped away from where the wall clock puts the stream",
+    "sequence_jumps": "the RTP sequence number jumped",
+}
+
+
+class ReceiveBufferFigures:
+    """The caller receive buffers of live direct calls (per call) and of all calls (totals).
+
+    A buffer's ``read()`` returns its counts (the keys above) and its delays in ms
+    (``delay_ms`` the last frame's, ``delay_p95_ms`` over its last 10 s, ``target_delay_ms``).
+    Read when /metrics is rendered, so a packet costs no metric update.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[str, Callable[[], Mapping[str, float]]] = {}
+        self._ended: dict[str, float] = {}
+
+    def track(self, call: str, read: Callable[[], Mapping[str, float]]) -> None:
+        self._live[call] = read
+
+    def forget(self, call: str) -> None:
+        read = self._live.pop(call, None)
+        if read is not None:
+            for key, value in read().items():
+                if key in RECEIVE_FRAME_OUTCOMES or key in RECEIVE_PACKET_EVENTS:
+                    self._ended[key] = self._ended.get(key, 0) + value
+
+    def collect(self):
+        live = {call: dict(read()) for call, read in list(self._live.items())}
+        frames = CounterMetricFamily("duplex_receive_frames", "The caller's frames on the direct path, by outcome, "
+                                     "all calls: " + "; ".join(f"{k}: {v}" for k, v in RECEIVE_FRAME_OUTCOMES.items()),
+                                     labels=["outcome"])
+        packets = CounterMetricFamily("duplex_receive_packets", "The caller's RTP packets on the direct path, by "
+                                      "event, all calls: " + "; ".join(f"{k}: {v}" for k, v in RECEIVE_PACKET_EVENTS.items()),
+                                      labels=["event"])
+        call_frames = GaugeMetricFamily("duplex_receive_call_frames", "duplex_receive_frames of one live call",
+                                        labels=["call", "outcome"])
+        call_packets = GaugeMetricFamily("duplex_receive_call_packets", "duplex_receive_packets of one live call",
+                                         labels=["call", "event"])
+        call_delay = GaugeMetricFamily(
+            "duplex_receive_call_delay_ms", FIGURE_DEFINITIONS["receive_delay_ms"] + " One live call: current (the "
+            "last frame's), p95 (its last 10 s) and target (how long a hole waits for its packet).",
+            labels=["call", "stat"])
+        for family, names in ((frames, RECEIVE_FRAME_OUTCOMES), (packets, RECEIVE_PACKET_EVENTS)):
+            for key in names:
+                family.add_metric([key], self._ended.get(key, 0) + sum(c.get(key, 0) for c in live.values()))
+        for call, counts in live.items():
+            for key in RECEIVE_FRAME_OUTCOMES:
+                call_frames.add_metric([call, key], counts.get(key, 0))
+            for key in RECEIVE_PACKET_EVENTS:
+                call_packets.add_metric([call, key], counts.get(key, 0))
+            for stat, key in (("current", "delay_ms"), ("p95", "delay_p95_ms"), ("target", "target_delay_ms")):
+                call_delay.add_metric([call, stat], counts.get(key, 0.0))
+        return [frames, packets, call_frames, call_packets, call_delay]
+
+
+RECEIVE_BUFFERS = ReceiveBufferFigures()
+REGISTRY.register(RECEIVE_BUFFERS)
 
 
 def render() -> bytes:

@@ -13,6 +13,7 @@ BENCHMARKS = (
     ("bench.vad_pass", []),
     ("bench.end_of_turn_cost", []),
     ("bench.direct_path", []),
+    ("bench.receive_buffer", []),
     ("bench.livekit_path", []),
     ("bench.remote_hop", ["100"]),
     ("bench.wire_encoding", []),

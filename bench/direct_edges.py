@@ -37,7 +37,7 @@ from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpreceiver import decoder_worker
 from aiortc.rtp import compute_audio_level_dbov
 
-from duplex_agent.webrtc.direct.tracks import CallerAudioReader, opus_voice_encoder
+from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder
 
 RATE = 48000
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
@@ -55,10 +55,13 @@ def speech() -> np.ndarray:
     return _speech[0]
 
 
-def _frame(n: int) -> av.AudioFrame:
+def _samples(n: int) -> np.ndarray:
     frames = speech().size // 960
-    samples = speech()[(n % frames) * 960 : (n % frames + 1) * 960]
-    frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+    return speech()[(n % frames) * 960 : (n % frames + 1) * 960]
+
+
+def _frame(n: int) -> av.AudioFrame:
+    frame = av.AudioFrame.from_ndarray(_samples(n).reshape(1, -1), format="s16", layout="mono")
     frame.sample_rate = RATE
     frame.pts = n * 960
     frame.time_base = fractions.Fraction(1, RATE)
@@ -105,8 +108,8 @@ async def outgoing(mode: str, calls: int, seconds: float) -> tuple[float, int]:
             await loop.run_in_executor(None, encoders[call].encode, frame, False)
 
         return await _paced(calls, seconds, one)
-    ours = [opus_voice_encoder() for _ in range(calls)]
-    return await _paced(calls, seconds, lambda call, n: ours[call].encode(_frame(n)))
+    ours = [OpusVoiceEncoder() for _ in range(calls)]
+    return await _paced(calls, seconds, lambda call, n: ours[call].encode(_samples(n)))
 
 
 def _packets(frames: int) -> list[bytes]:

@@ -62,7 +62,8 @@ def build_app(
         from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
-                                          resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate)
+                                          resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
+                                          receive_buffer=settings.receive_buffer)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret

@@ -63,6 +63,9 @@ class Settings:
     ice_address: str = ""
     #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
     opus_bitrate: int = 32000
+    #: The caller's receive buffer on direct WebRTC peers: adaptive (ours: jitter-following delay,
+    #: Opus in-band FEC, libopus concealment) or aiortc (aiortc's own, to compare).
+    receive_buffer: str = "adaptive"
     livekit_url: str = ""
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()

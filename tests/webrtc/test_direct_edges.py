@@ -13,17 +13,25 @@ from aiortc.jitterbuffer import JitterFrame
 from duplex_agent.agent.protocol.events import ResponseTranscriptDelta, ResponseTranscriptDone
 from duplex_agent.webrtc.direct import peer_session
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
-from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32, opus_voice_encoder
+from duplex_agent.webrtc.direct.tracks import (
+    OPUS_EXPECTED_LOSS_PERCENT,
+    OpusVoiceEncoder,
+    PlayoutTrack,
+    frame_to_mono_f32,
+)
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
 from .fakes import EchoBackend
 from .test_peer import serve
 
 
-def test_the_voice_encoder_takes_fec_and_the_bitrate():
-    encoder = opus_voice_encoder(24000)
-    assert encoder.options == {}  # libopus consumed every option: in-band FEC and its loss rate included
-    assert (encoder.layout.name, encoder.bit_rate) == ("mono", 24000)
+def test_the_voice_encoder_starts_with_fec_and_follows_the_expected_loss():
+    encoder = OpusVoiceEncoder(24000)
+    assert (encoder.fec, encoder.expected_loss_percent) == (True, OPUS_EXPECTED_LOSS_PERCENT)
+    encoder.set_expected_loss(0)
+    assert not encoder.fec
+    encoder.set_expected_loss(7)
+    assert (encoder.fec, encoder.expected_loss_percent) == (True, 7)
 
 
 async def _packets(track: PlayoutTrack, n: int) -> list[av.Packet]:
@@ -99,9 +107,11 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
         await wait_for(lambda: len(metrics()) == 1, 10, "the first metrics message when the channel opens")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         await wait_for(lambda: session.audio.figures.last("input_added_ms") is not None, 10, "caller audio")
-        # The caller's audio is decoded on the loop by the session's reader, in aiortc's decoder queue's place.
+        # The caller's audio is decoded on the loop by the session's reader, in aiortc's jitter buffer's
+        # and decoder queue's place.
         receiver = next(t.receiver for t in session.pc.getTransceivers() if t.kind == "audio")
-        assert receiver._RTCRtpReceiver__decoder_queue is session._reader
+        assert receiver._RTCRtpReceiver__decoder_queue is session.caller_reader
+        assert receiver._RTCRtpReceiver__jitter_buffer is session.caller_reader
         seen = len(session.audio.figures.recent("input_added_ms"))
         await wait_for(lambda: len(session.audio.figures.recent("input_added_ms")) >= seen + 25, 10,
                        "more caller frames (0.5 s, two metrics periods)")

@@ -1,8 +1,8 @@
 """One browser peer: an aiortc connection bound to one duplex conversation.
 
-The session owns everything it starts (the caller reader, the playout track,
-the metrics ticker, the connect deadline) and closes it all, with the
-conversation, when the peer goes.
+The session owns everything it starts (the caller reader, the playout track and
+the loss follower that sets its FEC, the metrics ticker, the connect deadline)
+and closes it all, with the conversation, when the peer goes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from duplex_agent.agent.protocol.events import (
     SessionUpdate,
 )
 from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
+from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
@@ -43,6 +45,9 @@ METRICS_INTERVAL_S = 5.0
 METRICS_REQUEST = "metrics.request"
 _EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
 _MAX_PAGE_MESSAGE = 16 * 1024
+#: The caller's receive buffer: ours (adaptive, FEC and concealment), or aiortc's own (to compare);
+#: register_webrtc_routes refuses any other.
+RECEIVE_BUFFERS = ("adaptive", "aiortc")
 
 
 class PeerSession:
@@ -54,6 +59,7 @@ class PeerSession:
         *,
         on_finished: Callable[[PeerSession, str], None],
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
+        receive_buffer: str = RECEIVE_BUFFERS[0],
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
@@ -65,7 +71,9 @@ class PeerSession:
             on_closed=lambda: self.finish("conversation_closed"), **audio_options,
         )
         self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
-        self._reader: CallerAudioReader | None = None
+        self.loss_follower = LossFollower(self.playout_track.encoder)
+        self.receive_buffer = receive_buffer
+        self.caller_reader: AdaptiveCallerAudioReader | CallerAudioReader | None = None
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
@@ -102,8 +110,8 @@ class PeerSession:
                 await task
             except asyncio.CancelledError:
                 pass
-        if self._reader is not None:
-            await self._reader.close()
+        if self.caller_reader is not None:
+            await self.caller_reader.close()
         await self.audio.close()
         self.playout_track.stop()
         try:
@@ -116,13 +124,17 @@ class PeerSession:
     # ---- peer connection callbacks ----
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        if track.kind != "audio" or self._reader is not None:
+        if track.kind != "audio" or self.caller_reader is not None:
             return
-        self.pc.addTrack(self.playout_track)
+        sender = self.pc.addTrack(self.playout_track)
+        self._tasks.append(asyncio.create_task(self.loss_follower.follow(sender), name=f"peer-{self.pc_id}-loss"))
         receiver = next(t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track)
-        self._reader = CallerAudioReader(
-            receiver, self.audio.push_caller_frame, on_ended=lambda: self.finish("track_ended")
-        )
+        on_ended = lambda: self.finish("track_ended")  # noqa: E731
+        if self.receive_buffer == "aiortc":
+            self.caller_reader = CallerAudioReader(receiver, self.audio.push_caller_frame, on_ended=on_ended)
+        else:
+            self.caller_reader = AdaptiveCallerAudioReader(receiver, self.audio.push_caller_frame,
+                                                           call_id=self.pc_id, on_ended=on_ended)
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:

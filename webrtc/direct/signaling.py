@@ -21,9 +21,10 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from duplex_agent.agent.metrics import SESSIONS_TOTAL
+from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.host_address import candidates_on
-from duplex_agent.webrtc.direct.peer_session import TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.peer_session import RECEIVE_BUFFERS, TRANSPORT, PeerSession
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -130,11 +131,10 @@ WEBRTC_PEERS = web.AppKey("webrtc_peers", PeerRegistry)
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
-    body = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
-        raise SignalingError(413, "body_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    try:
+        body = await read_whole_body(request, MAX_BODY_BYTES)
+    except BodyTooLarge as exc:
+        raise SignalingError(exc.status, exc.code, str(exc)) from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -272,8 +272,12 @@ def register_webrtc_routes(
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
-    ``audio_options`` go to each call's CallAudioPath (overlap_policy, ...).
+    ``audio_options`` go to each call's PeerSession (opus_bitrate, receive_buffer) and
+    CallAudioPath (overlap_policy, ...); an unknown receive_buffer is a ValueError here.
     """
+    receive_buffer = audio_options.get("receive_buffer", RECEIVE_BUFFERS[0])
+    if receive_buffer not in RECEIVE_BUFFERS:
+        raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFERS)}, not {receive_buffer!r}")
     registry = PeerRegistry(backend, host_address, audio_options, resume_grace_s)
     app[WEBRTC_PEERS] = registry
     app.router.add_post("/api/offer", post_offer)

@@ -18,6 +18,8 @@ from aiortc.codecs.base import Decoder
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from duplex_agent.webrtc.direct.aiortc_receiver import take_decoder_queue
+from duplex_agent.webrtc.direct.libopus import OpusEncoder
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -28,39 +30,46 @@ _FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 _MAX_LAG_S = 0.2
 #: A voice bitrate for mono speech; aiortc's own encoder sends stereo at 96 kb/s.
 DEFAULT_OPUS_BITRATE = 32000
-#: The loss rate Opus plans its in-band FEC for (libopus adds FEC only when this is > 0).
+#: The loss rate Opus plans its in-band FEC for until the caller's first receiver report
+#: (libopus adds FEC only when this is > 0); then the reports set it (``loss_feedback``).
 OPUS_EXPECTED_LOSS_PERCENT = 10
 #: libopus complexity (0-10, default 10): 5 costs a fifth less CPU per frame of speech
 #: here (bench.direct_edges) at the same bitrate, a difference voice at 32 kb/s does not need.
 OPUS_COMPLEXITY = 5
 
 
-def opus_voice_encoder(bitrate: int = DEFAULT_OPUS_BITRATE) -> av.CodecContext:
-    """libopus for one mono 48 kHz voice in 20 ms frames, with in-band FEC."""
-    codec = av.CodecContext.create("libopus", "w")
-    codec.bit_rate = bitrate
-    codec.format = "s16"
-    codec.layout = "mono"
-    codec.sample_rate = SAMPLE_RATE
-    codec.time_base = _TIME_BASE
-    codec.options = {"application": "voip", "fec": "1", "packet_loss": str(OPUS_EXPECTED_LOSS_PERCENT),
-                     "compression_level": str(OPUS_COMPLEXITY)}
-    codec.open()
-    return codec
+class OpusVoiceEncoder:
+    """libopus for one mono 48 kHz voice in 20 ms frames (voip, complexity ``OPUS_COMPLEXITY``),
+    whose in-band FEC follows the loss the caller reports (``set_expected_loss``; 0 turns it off)."""
+
+    def __init__(self, bitrate: int = DEFAULT_OPUS_BITRATE, *,
+                 expected_loss_percent: int = OPUS_EXPECTED_LOSS_PERCENT) -> None:
+        self._opus = OpusEncoder(bitrate, complexity=OPUS_COMPLEXITY, expected_loss_percent=expected_loss_percent)
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        """One 20 ms frame of int16 samples -> one Opus packet."""
+        return self._opus.encode(samples)
+
+    def set_expected_loss(self, percent: int) -> None:
+        self._opus.set_expected_loss(percent)
+
+    @property
+    def expected_loss_percent(self) -> int:
+        return self._opus.expected_loss_percent
+
+    @property
+    def fec(self) -> bool:
+        return self._opus.fec
 
 
 @functools.lru_cache(maxsize=8)
 def _steady_silence_packet(bitrate: int) -> bytes:
     """What the voice encoder sends for digital silence once it has settled into it (made once per bitrate)."""
-    encoder = opus_voice_encoder(bitrate)
-    quiet = np.zeros((1, FRAME_SAMPLES), np.int16)
+    encoder = OpusVoiceEncoder(bitrate)
+    quiet = np.zeros(FRAME_SAMPLES, np.int16)
     packet = b""
-    for n in range(10):
-        frame = av.AudioFrame.from_ndarray(quiet, format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = n * FRAME_SAMPLES
-        for out in encoder.encode(frame):
-            packet = bytes(out)
+    for _ in range(10):
+        packet = encoder.encode(quiet)
     return packet
 
 
@@ -72,9 +81,10 @@ class PlayoutTrack(MediaStreamTrack):
     playout clear is heard in the very next frame.
 
     The track yields encoded ``av.Packet``s, which aiortc's sender only packs: the
-    encode runs here, on the loop, instead of a thread-pool hop per frame into
-    aiortc's stereo 96 kb/s encoder. aiortc adds the RTP audio-level header
-    extension only to frames it encodes itself, so this track sends none.
+    encode (libopus through ``OpusVoiceEncoder``) runs here, on the loop, instead of
+    a thread-pool hop per frame into aiortc's stereo 96 kb/s encoder. aiortc adds the
+    RTP audio-level header extension only to frames it encodes itself, so this track
+    sends none.
 
     While the agent is quiet (an all-zero frame, most of a call) the packet is the
     encoder's own steady packet for silence, made once: encoding silence cost about
@@ -87,7 +97,7 @@ class PlayoutTrack(MediaStreamTrack):
     def __init__(self, next_frame: Callable[[], np.ndarray], *, bitrate: int = DEFAULT_OPUS_BITRATE) -> None:
         super().__init__()
         self._next_frame = next_frame
-        self._encoder = opus_voice_encoder(bitrate)
+        self.encoder = OpusVoiceEncoder(bitrate)
         self._silence = _steady_silence_packet(bitrate)
         self._quiet = False  # the last frame sent was the silence packet
         self._start: float | None = None
@@ -115,17 +125,12 @@ class PlayoutTrack(MediaStreamTrack):
                 return self._packet(av.Packet(self._silence), pts)
             if self._quiet:
                 self._quiet = False
-                self._encode(np.zeros_like(samples), pts - FRAME_SAMPLES)  # catch up with the silence
-            packets = self._encode(samples, pts)
-            if packets:  # libopus hands back exactly one packet per 20 ms frame
-                return self._packet(packets[0], pts)
+                self._encode(np.zeros_like(samples))  # catch up with the silence
+            return self._packet(av.Packet(self._encode(samples)), pts)
 
-    def _encode(self, samples: np.ndarray, pts: int) -> list[av.Packet]:
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = pts
+    def _encode(self, samples: np.ndarray) -> bytes:
         self.encoded += 1
-        return self._encoder.encode(frame)
+        return self.encoder.encode(samples)
 
     @staticmethod
     def _packet(packet: av.Packet, pts: int) -> av.Packet:
@@ -149,15 +154,17 @@ def frame_to_mono_f32(frame: av.AudioFrame) -> np.ndarray:
 
 
 class CallerAudioReader:
-    """Decodes the caller's Opus on the event loop as aiortc's receiver hands it over,
-    and gives each frame to ``sink`` as mono float32: no thread hop and no task per frame.
+    """The caller's audio through aiortc's own jitter buffer (``receive_buffer=aiortc``, kept
+    to compare with ``caller_receive.AdaptiveCallerAudioReader``): decodes the caller's Opus
+    on the event loop as aiortc's receiver hands it over, and gives each frame to ``sink``
+    as mono float32: no thread hop and no task per frame.
 
     aiortc decodes on a thread of its own per receiver and hands every frame back to
     the loop as a new task; its receiver passes each encoded frame to that thread
-    through ``_RTCRtpReceiver__decoder_queue``. This reader takes that queue's place
-    before the receiver starts: ``put`` decodes in line (libopus, ~30 us a frame).
-    aiortc's thread still starts, and waits in ``get`` until the receiver stops
-    (``put(None)``), which also ends the call as the track's end did.
+    through its decoder queue. This reader takes that queue's place before the receiver
+    starts (``aiortc_receiver.take_decoder_queue``): ``put`` decodes in line (libopus,
+    ~30 us a frame). aiortc's thread still starts, and waits in ``get`` until the
+    receiver stops (``put(None)``), which also ends the call as the track's end did.
     """
 
     def __init__(
@@ -167,14 +174,12 @@ class CallerAudioReader:
         *,
         on_ended: Callable[[], None] | None = None,
     ) -> None:
-        if getattr(receiver, "_RTCRtpReceiver__started", True):
-            raise RuntimeError("the caller's receiver has started: its decoder queue can no longer be replaced")
         self._sink = sink
         self._on_ended = on_ended
         self._decoder: Decoder | None = None
         self._codec_name = ""
         self._stopped = threading.Event()
-        receiver._RTCRtpReceiver__decoder_queue = self  # type: ignore[attr-defined]
+        take_decoder_queue(receiver, self)
 
     # ---- the receiver's side (on the loop) ----
 

@@ -11,7 +11,7 @@ dispatches the agent to it.
 These routes hand a token to anyone who can reach the server: they are meant
 for development (the server listens on 127.0.0.1 by default). Errors are
 ``{"error": {"code", "message"}}``: 400 for a bad request, 404 when no LiveKit
-credentials were configured.
+credentials were configured, 413 for a body over 4 KiB.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import warnings
 from dataclasses import dataclass
 
 from aiohttp import web
+
+from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 
 TOKEN_TTL = datetime.timedelta(hours=1)
 #: Room names and identities the page may ask for: short, printable, no spaces.
@@ -106,13 +108,10 @@ def register_livekit_token_routes(app: web.Application, *, url: str | None, api_
             return _error(404, "livekit_not_configured",
                           "this server has no LiveKit credentials (set LIVEKIT_URL, LIVEKIT_API_KEY "
                           "and LIVEKIT_API_SECRET); paste a token from your LiveKit deployment instead")
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return _error(400, "invalid_request", "the request body is too large")
         try:
-            raw = await request.content.read(MAX_BODY_BYTES + 1)
-            if len(raw) > MAX_BODY_BYTES:
-                return _error(400, "invalid_request", "the request body is too large")
-            body = json.loads(raw.decode("utf-8"))
+            body = json.loads((await read_whole_body(request, MAX_BODY_BYTES)).decode("utf-8"))
+        except BodyTooLarge as exc:
+            return _error(exc.status, exc.code, str(exc))
         except (ValueError, UnicodeDecodeError):
             return _error(400, "invalid_json", "the body must be a JSON object {\"room\", \"identity\"}")
         if not isinstance(body, dict):

@@ -32,6 +32,7 @@ from duplex_agent.agent.app.access.credentials import (
 )
 from duplex_agent.agent.app.access.limits import AddressLimits, LimitExceeded, Ticket
 from duplex_agent.agent.app.access.origins import OriginPolicy, OriginRejected
+from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 
 log = logging.getLogger("duplex_agent.access")
 
@@ -142,9 +143,10 @@ class AccessGuard:
         """``POST /api/token`` (key only) ``{"ttl_s"?}`` -> ``{"token", "expires_at", "ttl_s"}``."""
         if self.keys is None:
             return _refuse(404, "no_api_key", "this worker has no API key, so it needs no tokens")
-        raw = await request.content.read(MAX_TOKEN_BODY_BYTES + 1)
-        if len(raw) > MAX_TOKEN_BODY_BYTES:
-            return _refuse(413, "body_too_large", f"the body is limited to {MAX_TOKEN_BODY_BYTES} bytes")
+        try:
+            raw = await read_whole_body(request, MAX_TOKEN_BODY_BYTES)
+        except BodyTooLarge as exc:
+            return _refuse(exc.status, exc.code, str(exc))
         try:
             body = json.loads(raw) if raw.strip() else {}
         except (ValueError, UnicodeDecodeError):

@@ -1,0 +1,209 @@
+"""The caller's receive path on a real aiortc connection: our buffer serves the call by default,
+aiortc's on request; its figures reach /metrics per call and in total; garbage payloads from
+a real sender are counted and concealed while the call goes on; the caller's receiver
+reports set the agent's FEC."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+
+import av
+import numpy as np
+import pytest
+
+from duplex_agent.agent import metrics
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.events import InputAudioBufferAppend
+from duplex_agent.webrtc.direct import loss_feedback
+from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
+from duplex_agent.webrtc.direct.loss_feedback import LossFollower
+from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder, PlayoutTrack
+
+from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .fakes import EchoBackend
+from .test_peer import serve
+
+
+def _sample(name: str, **labels: str) -> float | None:
+    wanted = "".join(f'(?=[^}}]*{k}="{re.escape(v)}")' for k, v in labels.items())
+    match = re.search(rf"^{name}\{{{wanted}[^}}]*\}} (\S+)$", metrics.render().decode(), re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def _input_ms(conversation) -> float:
+    """The caller's timeline as the conversation got it."""
+    appended = [e for e in conversation.sent if isinstance(e, InputAudioBufferAppend)]
+    return sum(1000.0 * e.audio.size / e.sample_rate_hz for e in appended)
+
+
+async def test_our_buffer_serves_the_call_and_reports_per_call_and_in_total(host_address, monkeypatch):
+    monkeypatch.setattr(loss_feedback, "POLL_INTERVAL_S", 0.2)
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    total_before = _sample("duplex_receive_frames_total", outcome="received") or 0.0
+    try:
+        await client.connect(http)
+        await wait_for(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        reader = session.caller_reader
+        assert isinstance(reader, AdaptiveCallerAudioReader)
+        await wait_for(lambda: reader.buffer.counts.received >= 50, 20, "a second of the caller's packets")
+        counts = reader.buffer.counts
+        assert counts.invalid == counts.ssrc_changes == 0
+        # What the conversation got is exactly the timeline the buffer handed on (whole 20 ms frames).
+        assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
+
+        per_call = _sample("duplex_receive_call_frames", call=client.pc_id, outcome="received")
+        assert per_call is not None and per_call >= 50
+        assert _sample("duplex_receive_call_delay_ms", call=client.pc_id, stat="target") > 0
+        assert _sample("duplex_receive_call_delay_ms", call=client.pc_id, stat="p95") is not None
+        assert _sample("duplex_receive_frames_total", outcome="received") >= total_before + 50
+
+        # The caller's receiver reports say nothing is lost: the agent's Opus stops spending bits on FEC.
+        await wait_for(lambda: len(session.loss_follower.reports) >= 1, 20, "a receiver report from the caller")
+        await wait_for(lambda: not session.playout_track.encoder.fec, 10, "FEC off on a clean path")
+        assert session.playout_track.encoder.expected_loss_percent == 0
+    finally:
+        await client.close()
+    await wait_for(lambda: _sample("duplex_receive_call_frames", call=client.pc_id, outcome="received") is None,
+                   10, "the call's own figures to go with it")
+    assert _sample("duplex_receive_frames_total", outcome="received") >= total_before + per_call  # kept in the total
+    await http.close()
+
+
+async def test_the_aiortc_switch_keeps_aiortcs_buffer(host_address):
+    backend = EchoBackend()
+    app_http = await serve_with(backend, host_address, receive_buffer="aiortc")
+    http, app = app_http
+    client = ClientPeer(host_address, frames_of(tone_48k(10)))
+    try:
+        await client.connect(http)
+        await wait_for(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
+        assert isinstance(app[WEBRTC_PEERS].sessions[client.pc_id].caller_reader, CallerAudioReader)
+    finally:
+        await client.close()
+        await http.close()
+
+
+async def serve_with(backend, host_address, **options):
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    app = web.Application()
+    register_webrtc_routes(app, backend, host_address=host_address, **options)
+    http = TestClient(TestServer(app))
+    await http.start_server()
+    return http, app
+
+
+def test_the_receive_buffer_setting():
+    assert Settings().receive_buffer == "adaptive"
+    assert Settings.from_env({"DUPLEX_RECEIVE_BUFFER": "aiortc"}).receive_buffer == "aiortc"
+    parser = argparse.ArgumentParser()
+    settings = Settings()
+    settings.add_arguments(parser)
+    assert settings.apply(parser.parse_args(["--receive-buffer", "aiortc"])).receive_buffer == "aiortc"
+    from aiohttp import web
+
+    with pytest.raises(ValueError, match="receive_buffer must be one of adaptive, aiortc"):
+        register_webrtc_routes(web.Application(), EchoBackend(), host_address="192.0.2.1", receive_buffer="jitter")
+
+
+class GarblingTrack(PlayoutTrack):
+    """Sends its frames as Opus, except packets ``bad`` (by index), which go as ``garbage(index)``."""
+
+    def __init__(self, next_frame, bad: range, garbage) -> None:
+        super().__init__(next_frame)
+        self.bad, self.garbage, self.sent = bad, garbage, 0
+
+    async def recv(self) -> av.Packet:
+        packet = await super().recv()
+        index, self.sent = self.sent, self.sent + 1
+        if index in self.bad:
+            replaced = av.Packet(self.garbage(index))
+            replaced.pts, replaced.time_base = packet.pts, packet.time_base
+            return replaced
+        return packet
+
+
+async def test_garbage_and_truncated_payloads_from_a_real_sender_are_concealed_and_the_call_goes_on(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    rng = np.random.default_rng(3)
+    real = OpusVoiceEncoder()
+    tone = (tone_48k(0.02) * 32767).astype(np.int16)
+    garbage = lambda i: b"\xff" + rng.bytes(30) if i % 2 else real.encode(tone)[:2]  # noqa: E731
+    track = GarblingTrack(frames_of(tone_48k(30)), range(100, 120), garbage)
+    client.pc.getSenders()[0].replaceTrack(track)
+    try:
+        await client.connect(http)
+        await wait_for(lambda: client.pc_id in app[WEBRTC_PEERS].sessions and track.sent > 200, 30,
+                       "the caller to send past the garbage")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        counts = session.caller_reader.buffer.counts
+        await wait_for(lambda: counts.received >= 150, 20, "the caller's packets after the garbage")
+        assert counts.invalid >= 10  # the unparseable half at least; a truncated packet may decode to noise
+        assert counts.concealed >= 10
+        assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
+        assert session.closed is False and client.pc.connectionState == "connected"
+        conversation = backend.conversations[0]
+        await wait_for(lambda: _input_ms(conversation) >= 3000, 20, "3 s of the caller's timeline at the conversation")
+    finally:
+        await client.close()
+        await http.close()
+
+
+def test_fec_follows_the_worst_of_the_recent_receiver_reports():
+    encoder = OpusVoiceEncoder()
+    follower = LossFollower(encoder)
+    assert follower.report(0) == 0 and not encoder.fec  # nothing lost: no bits spent on FEC
+    assert follower.report(26) == 11 and encoder.fec  # 26/256 = 10.2 % lost
+    assert follower.report(0) == 11  # one clean report does not forget the loss
+    for _ in range(3):
+        follower.report(0)
+    assert encoder.expected_loss_percent == 0 and not encoder.fec
+    assert follower.report(255) == loss_feedback.MAX_EXPECTED_LOSS_PERCENT
+
+
+class PausingTrack(PlayoutTrack):
+    """Sends nothing for ``pause_s`` after ``before`` packets, then carries on (its RTP clock paused too)."""
+
+    def __init__(self, next_frame, before: int, pause_s: float) -> None:
+        super().__init__(next_frame)
+        self.before, self.pause_s, self.sent = before, pause_s, 0
+        self.resumed = False
+
+    async def recv(self) -> av.Packet:
+        if self.sent == self.before:
+            await asyncio.sleep(self.pause_s)
+            self.resumed = True
+        self.sent += 1
+        return await super().recv()
+
+
+async def test_a_caller_silent_for_3_s_is_heard_again_when_packets_return(host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    track = PausingTrack(frames_of(tone_48k(30)), before=50, pause_s=3.0)
+    client.pc.getSenders()[0].replaceTrack(track)
+    try:
+        await client.connect(http)
+        await wait_for(lambda: track.resumed, 30, "the caller's 3 s without packets")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        counts = session.caller_reader.buffer.counts
+        received_at_resume = counts.received
+        assert counts.concealed >= 100  # the 3 s were filled as they passed: the timeline ran on
+        await wait_for(lambda: counts.received >= received_at_resume + 50, 20, "a second of packets after the pause")
+        assert counts.timestamp_jumps >= 1  # its RTP clock stood still: a restart, not 3 s of late packets
+        assert not session.closed and client.pc.connectionState == "connected"
+        heard = client.loud_frames()
+        await wait_for(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed again")
+    finally:
+        await client.close()
+        await http.close()
