@@ -63,6 +63,9 @@ class Settings:
     ice_address: str = ""
     #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
     opus_bitrate: int = 32000
+    #: Serve the page and WebRTC signaling; --no-webrtc serves the realtime websocket, /healthz and
+    #: /metrics only (no aiortc, PyAV or LiveKit SDK needed: a GPU host that carries few wheels).
+    webrtc: bool = True
     livekit_url: str = ""
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()
