@@ -33,6 +33,9 @@ from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 PEERS = web.AppKey("peers", dict)
 LISTENERS = web.AppKey("listeners", dict)
+ICE_ADDRESS = web.AppKey("ice_address", str)
+REPLY = web.AppKey("reply", str)
+END_SILENCE_MS = web.AppKey("end_silence_ms", float)
 RATE = 48000
 FRAME = 960
 #: The caller's sound: a 5 ms block over -40 dBFS (where the benches' callers stamp their onsets).
@@ -99,8 +102,8 @@ async def offer(request: web.Request) -> web.Response:
     def echo(track) -> None:  # noqa: ANN001
         if track.kind != "audio":
             return
-        if request.app["reply"] == "tone":
-            request.app[LISTENERS][pc_id] = answer_with_tone(pc, track, request.app["end_silence_ms"])
+        if request.app[REPLY] == "tone":
+            request.app[LISTENERS][pc_id] = answer_with_tone(pc, track, request.app[END_SILENCE_MS])
         else:
             pc.addTrack(track)
 
@@ -112,7 +115,7 @@ async def offer(request: web.Request) -> web.Response:
             request.app[LISTENERS].pop(pc_id, None)  # it ends with the call's track
 
     await pc.setRemoteDescription(RTCSessionDescription(sdp=params["sdp"], type=params["type"]))
-    with candidates_on(request.app["ice_address"]):
+    with candidates_on(request.app[ICE_ADDRESS]):
         await pc.setLocalDescription(await pc.createAnswer())
     return web.json_response({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type, "pc_id": pc_id})
 
@@ -130,9 +133,9 @@ def build_app(ice_address: str, reply: str = "echo", end_silence_ms: float = 500
     app = web.Application()
     app[PEERS] = {}
     app[LISTENERS] = {}
-    app["ice_address"] = ice_address
-    app["reply"] = reply
-    app["end_silence_ms"] = end_silence_ms
+    app[ICE_ADDRESS] = ice_address
+    app[REPLY] = reply
+    app[END_SILENCE_MS] = end_silence_ms
     app.router.add_post("/api/offer", offer)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
