@@ -110,7 +110,7 @@ if [ "$SERVE_READY" = 1 ]; then
     PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     say "== duplex-agent serve --plugin moshi --moshi-config $CONFIG --device $DEVICE --max-sessions $MAX_SESSIONS"
     "${AGENT[@]}" serve --plugin moshi --moshi-config "$CONFIG" --device "$DEVICE" --max-sessions "$MAX_SESSIONS" \
-        --no-webrtc --sessions-per-minute 0 --host 127.0.0.1 --port "$PORT" >"$RESULTS/serve.log" 2>&1 &
+        --no-webrtc --sessions-per-minute 0 --drain-timeout 5 --host 127.0.0.1 --port "$PORT" >"$RESULTS/serve.log" 2>&1 &
     SERVER=$!
     trap 'kill $SERVER 2>/dev/null' EXIT
     if timeout "$(box 150 30)" "$PY" - "$PORT" "$SERVER" <<'EOF'
