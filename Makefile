@@ -67,3 +67,26 @@ bench: install-dev
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache frontend/node_modules
+
+# The GPU check (bench/gpu_check.sh) for the day a GPU machine is lent. That machine has torch and
+# numpy and no network: gpu-wheels/ carries the rest (about 50 MB: the Moshi bench's wheels and the
+# websocket server's, compiled ones for each of GPU_PYTHONS, the 35 MB Silero VAD wheel for
+# GPU_SERVE_PYTHON only, so the whole stays under the 64 MiB a device run carries).
+GPU_WHEELS ?= gpu-wheels
+GPU_PYTHONS ?= 3.11 3.12
+GPU_SERVE_PYTHON ?= 3.12
+GPU_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1,--platform $(p)_x86_64)
+
+.PHONY: gpu-wheels gpu-check
+gpu-wheels: | $(BIN)/python
+	for v in $(GPU_PYTHONS); do \
+		$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --implementation cp --python-version $$v \
+			$(GPU_PLATFORMS) -d $(GPU_WHEELS) -r bench/gpu-requirements.txt || exit 1; \
+	done
+	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
+		--python-version $(GPU_SERVE_PYTHON) $(GPU_PLATFORMS) -d $(GPU_WHEELS) -r bench/gpu-requirements-vad.txt
+	@du -sh $(GPU_WHEELS)
+
+# On the GPU machine: install from gpu-wheels/, then the batch bench and the websocket load, < 8 min.
+gpu-check:
+	bash bench/gpu_check.sh

@@ -16,10 +16,14 @@ d. CPU per call at 4, 8 and 16 simultaneous calls over real WebRTC: the direct
    that keep barging in (``bench.call_rounds``); the worker's figures from its
    ``/metrics``. The issue's marks: per call at 16 within 1.1x of per call at 4,
    and <= 3.5 % of a core per call.
+e. Barge-in and turn latency as the caller hears them over real WebRTC, the worker beside
+   a bare aiortc tone-reply floor with the same callers, alternating (``bench.direct_heard``);
+   run before d. The issue's mark: barge-in beyond the floor <= 40 ms p95.
 
 Prints figures next to the goals; never passes or fails on time.
 
-Run: python -m bench.direct_path [--quick] [--barge-in-trials 25] [--sessions 4,8,16] [--window 8] [--profile]
+Run: python -m bench.direct_path [--quick] [--barge-in-trials 25] [--heard-rounds 3] [--sessions 4,8,16]
+     [--window 8] [--profile]
 """
 
 from __future__ import annotations
@@ -453,6 +457,7 @@ if __name__ == "__main__":
     args = parse_args(__doc__.splitlines()[0], extra=[
         ("--barge-in-trials", {"type": int, "default": 25, "help": "part a's interruptions (0 skips parts a and b)"}),
         ("--edges-seconds", {"type": float, "default": None, "help": "part c's run per mode (4; quick: 2; 0 skips it)"}),
+        ("--heard-rounds", {"type": int, "default": None, "help": "part e's rounds per server (3; quick: 1; 0 skips it)"}),
     ])
     if args.barge_in_trials:
         asyncio.run(barge_in_and_latency(8 if args.quick else args.barge_in_trials))
@@ -463,5 +468,12 @@ if __name__ == "__main__":
 
         print("c. the per-frame edges alone, aiortc's way vs ours (16 calls on one loop; CPU per frame)", flush=True)
         asyncio.run(direct_edges.run(16, args.edges_seconds))
+    if args.heard_rounds is None:
+        args.heard_rounds = 1 if args.quick else 3
+    if args.heard_rounds:
+        from bench import direct_heard
+
+        print("e. barge-in and turn latency as the caller hears them: the worker beside its floor, same run", flush=True)
+        direct_heard.main(["--rounds", str(args.heard_rounds)])
     print("d. CPU per call over real WebRTC: the direct worker against bare aiortc echo peers, same run", flush=True)
     sys.exit(main(("direct", "echo"), "the direct path's CPU per call", args=args))

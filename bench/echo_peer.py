@@ -1,25 +1,94 @@
-"""The transport floor: bare aiortc peers that send each caller's audio straight back.
+"""The transport floor: bare aiortc peers that send each caller's audio straight back, or answer it with a tone.
 
 Speaks the worker's ``POST /api/offer`` (so the same callers connect to it) and
 serves ``/metrics`` with the one figure the benches read from it, the open peers.
 No model, no resampling, no VAD: what a call costs aiortc as shipped (its decoder
 thread, its Opus encoder, SRTP, ICE). Run as its own process by ``bench.call_rounds``.
 
-Run: python -m bench.echo_peer --port 8090 [--ice-address A.B.C.D]
+``--reply tone``: the floor of barge-in and turn latency as the caller hears them
+(``bench.direct_heard``). Each caller's audio arrives through aiortc's receiver as shipped;
+once the caller has been quiet for ``--end-silence-ms`` after speaking (the worker's own
+end-of-turn silence), the peer answers with a 1 s tone, and the first 20 ms frame of the
+caller's that holds sound (a 5 ms block over -40 dBFS) while the tone plays stops it: the
+next frame sent is silence. It sends through the worker's own track (``PlayoutTrack``), so
+what differs from the worker is the reaction alone.
+
+Run: python -m bench.echo_peer --port 8090 [--ice-address A.B.C.D] [--reply tone]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 import uuid
 
+import numpy as np
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
 
 from duplex_agent.webrtc.direct.host_address import candidates_on, interface_ipv4
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 PEERS = web.AppKey("peers", dict)
+LISTENERS = web.AppKey("listeners", dict)
+ICE_ADDRESS = web.AppKey("ice_address", str)
+REPLY = web.AppKey("reply", str)
+END_SILENCE_MS = web.AppKey("end_silence_ms", float)
+RATE = 48000
+FRAME = 960
+#: The caller's sound: a 5 ms block over -40 dBFS (where the benches' callers stamp their onsets).
+ONSET_RMS = 0.01
+TONE_MS = 1000.0
+
+
+def holds_sound(samples: np.ndarray) -> bool:
+    blocks = samples[: samples.size // 240 * 240].reshape(-1, 240)
+    return bool(blocks.size) and float(np.sqrt((blocks**2).mean(axis=1)).max()) > ONSET_RMS
+
+
+class ToneReply:
+    """One caller's floor agent: a tone after each of the caller's turns, cut at the caller's first sound."""
+
+    def __init__(self, end_silence_ms: float) -> None:
+        self.end_silence_s = end_silence_ms / 1000
+        t = np.arange(int(RATE * TONE_MS / 1000)) / RATE
+        self._tone = (0.3 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+        self._position: int | None = None  # where in the tone the next frame starts; None: quiet
+        self._spoke_at: float | None = None  # the caller's last sound of a turn not yet answered
+
+    def hear(self, samples: np.ndarray) -> None:
+        now = time.monotonic()
+        if holds_sound(samples):
+            self._position = None  # barge-in: the next frame out is silence
+            self._spoke_at = now
+        elif self._spoke_at is not None and now - self._spoke_at >= self.end_silence_s:
+            self._spoke_at = None
+            self._position = 0
+
+    def next_frame(self) -> np.ndarray:
+        frame = np.zeros(FRAME, np.int16)
+        if self._position is not None:
+            chunk = self._tone[self._position : self._position + FRAME]
+            frame[: chunk.size] = chunk
+            self._position = None if self._position + FRAME >= self._tone.size else self._position + FRAME
+        return frame
+
+
+def answer_with_tone(pc: RTCPeerConnection, track, end_silence_ms: float) -> asyncio.Task[None]:  # noqa: ANN001
+    """Sends the tone reply on ``pc``; the returned task hears ``track`` until the call ends."""
+    reply = ToneReply(end_silence_ms)
+    pc.addTrack(PlayoutTrack(reply.next_frame))
+
+    async def listen() -> None:
+        try:
+            while True:
+                reply.hear(frame_to_mono_f32(await track.recv()))
+        except MediaStreamError:
+            pass
+
+    return asyncio.create_task(listen())
 
 
 async def offer(request: web.Request) -> web.Response:
@@ -31,7 +100,11 @@ async def offer(request: web.Request) -> web.Response:
 
     @pc.on("track")
     def echo(track) -> None:  # noqa: ANN001
-        if track.kind == "audio":
+        if track.kind != "audio":
+            return
+        if request.app[REPLY] == "tone":
+            request.app[LISTENERS][pc_id] = answer_with_tone(pc, track, request.app[END_SILENCE_MS])
+        else:
             pc.addTrack(track)
 
     @pc.on("connectionstatechange")
@@ -39,9 +112,10 @@ async def offer(request: web.Request) -> web.Response:
         if pc.connectionState in ("failed", "closed"):
             peers.pop(pc_id, None)
             await pc.close()
+            request.app[LISTENERS].pop(pc_id, None)  # it ends with the call's track
 
     await pc.setRemoteDescription(RTCSessionDescription(sdp=params["sdp"], type=params["type"]))
-    with candidates_on(request.app["ice_address"]):
+    with candidates_on(request.app[ICE_ADDRESS]):
         await pc.setLocalDescription(await pc.createAnswer())
     return web.json_response({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type, "pc_id": pc_id})
 
@@ -55,10 +129,13 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "sessions": len(request.app[PEERS])})
 
 
-def build_app(ice_address: str) -> web.Application:
+def build_app(ice_address: str, reply: str = "echo", end_silence_ms: float = 500.0) -> web.Application:
     app = web.Application()
     app[PEERS] = {}
-    app["ice_address"] = ice_address
+    app[LISTENERS] = {}
+    app[ICE_ADDRESS] = ice_address
+    app[REPLY] = reply
+    app[END_SILENCE_MS] = end_silence_ms
     app.router.add_post("/api/offer", offer)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
@@ -75,8 +152,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ice-address", default="", help="local address for ICE (default: this machine's interface)")
+    parser.add_argument("--reply", choices=("echo", "tone"), default="echo",
+                        help="echo the caller back, or answer each turn with a tone the caller's sound cuts")
+    parser.add_argument("--end-silence-ms", type=float, default=500.0, help="tone: the caller's silence that ends a turn")
     args = parser.parse_args()
-    web.run_app(build_app(args.ice_address or interface_ipv4()), host=args.host, port=args.port, print=None)
+    web.run_app(build_app(args.ice_address or interface_ipv4(), args.reply, args.end_silence_ms), host=args.host,
+                port=args.port, print=None)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ For batch sizes 1, 2, 4, 8, ... it builds the batched model with every slot live
 whole frame steps (Mimi encode -> LMGen.step -> Mimi decode, one batched call each, through
 the frame engine's ``tick``), after warm-up steps (which also capture moshi's CUDA graphs).
 It prints step time p50/p99 per batch size and the largest batch whose p99 stays inside the
-frame. The tiny config on the CPU by default; ``--full-size --device cuda`` runs Moshi 7B's
+frame; on CUDA also the GPU memory each batch size took at its peak beyond what was allocated
+before it (``torch.cuda.max_memory_allocated``: KV caches, streaming state, CUDA graph buffers),
+per slot. The tiny config on the CPU by default; ``--full-size --device cuda`` runs Moshi 7B's
 shape with random weights in bf16.
 
     python -m bench.moshi_batch                           # tiny, CPU, quick
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import time
 
@@ -84,14 +87,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"moshi batch bench: {spec.config}, device {args.device}, torch {torch.__version__} "
           f"({threads} CPU threads), {steps} steps after {args.warmup} warm-up, frame {FRAME_MS:.0f} ms", flush=True)
     if args.device.startswith("cuda") and torch.cuda.is_available():
-        print(f"GPU: {torch.cuda.get_device_name()}", flush=True)
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        print(f"GPU: {torch.cuda.get_device_name()}, {total / 2**30:.0f} GiB", flush=True)
+    cuda = args.device.startswith("cuda") and torch.cuda.is_available()
     started = time.perf_counter()
     models = load_models(spec)
-    print(f"models built in {time.perf_counter() - started:.0f} s", flush=True)
+    weights = torch.cuda.memory_allocated() if cuda else 0
+    print(f"models built in {time.perf_counter() - started:.0f} s"
+          + (f"; weights {weights / 2**30:.1f} GiB on the GPU" if cuda else ""), flush=True)
     rows = []
     batch = 1
     while batch <= max_batch:
         started = time.perf_counter()
+        before = 0
+        if cuda:
+            gc.collect()  # the last batch's streaming state and graphs go before this one is counted
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
         try:
             times = asyncio.run(_measure(models, batch, args.warmup, steps))
         except torch.OutOfMemoryError:
@@ -102,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
         p50, p99 = _percentile(times, 50), _percentile(times, 99)
         rows.append((batch, p50, p99))
+        memory = ""
+        if cuda:
+            took = torch.cuda.max_memory_allocated() - before
+            memory = f"  GPU memory {took / 2**30:6.2f} GiB ({took / batch / 2**20:5.0f} MiB per slot)"
         print(f"batch {batch:4d}: step p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
-              f"({p50 / batch:6.2f} ms per conversation; {'inside' if p99 <= FRAME_MS else 'OVER'} the frame)  "
-              f"[{time.perf_counter() - started:.0f} s]", flush=True)
+              f"({p50 / batch:6.2f} ms per conversation; {'inside' if p99 <= FRAME_MS else 'OVER'} the frame)"
+              f"{memory}  [{time.perf_counter() - started:.0f} s]", flush=True)
         batch *= 2
     inside = [b for b, _, p99 in rows if p99 <= FRAME_MS]
     if inside:

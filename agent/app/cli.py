@@ -58,7 +58,7 @@ async def serve(settings: Settings) -> None:
     signals = ShutdownSignals()
     signals.install()
     backend = await start_backend(settings)
-    runner = await start_http(build_app(backend, settings), settings.host, settings.port, ssl_context=ssl_context)
+    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc), settings.host, settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "

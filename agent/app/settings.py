@@ -66,6 +66,9 @@ class Settings:
     #: The caller's receive buffer on direct WebRTC peers: adaptive (ours: jitter-following delay,
     #: Opus in-band FEC, libopus concealment) or aiortc (aiortc's own, to compare).
     receive_buffer: str = "adaptive"
+    #: Serve the page and WebRTC signaling; --no-webrtc serves the realtime websocket, /healthz and
+    #: /metrics only (no aiortc, PyAV or LiveKit SDK needed: a GPU host that carries few wheels).
+    webrtc: bool = True
     livekit_url: str = ""
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()
