@@ -72,6 +72,8 @@ class _Playback:
 
 @dataclass(frozen=True, slots=True)
 class RemoteOptions:
+    #: The websocket handshake (TCP, TLS, HTTP upgrade).
+    connect_timeout_s: float = 5.0
     open_timeout_s: float = 10.0
     #: Input audio the outgoing queue may hold while the server is slow; older audio is dropped.
     max_queued_input_ms: float = 2000.0
@@ -89,6 +91,9 @@ class RemoteOptions:
     max_append_ms: float = 100.0
     #: Acknowledge received events every this many, so a resuming server can trim its journal.
     event_ack_every: int = 50
+    #: A resume whose connect is refused or times out gives up at once: the host is gone, and a
+    #: pool of backends moves the call to another instead of waiting out ``resume_window_s``.
+    resume_gives_up_unreachable: bool = False
 
 
 class _RecentIds:
@@ -536,6 +541,9 @@ class RemoteConversation:
                 ws = await self._connect(resume=True)
             except AdmissionError as exc:
                 log.info("resume try %d: %s", attempt, exc)
+                if self.options.resume_gives_up_unreachable and exc.code in ("backend_unavailable",
+                                                                              "backend_timeout"):
+                    return False
                 continue
             request: dict[str, Any] = {"type": "session.resume", "session_id": self.remote.session_id,
                                        "resume_token": self.remote.resume_token,

@@ -28,7 +28,7 @@ log = logging.getLogger("duplex_agent.remote")
 #: Server events with no counterpart in our vocabulary; skipped quietly.
 IGNORED_TYPES = frozenset({
     "conversation.item.added", "conversation.item.created", "conversation.item.done",
-    "conversation.item.truncated", "conversation.item.deleted", "conversation.item.retrieved",
+    "conversation.item.truncated", "conversation.item.deleted",
     "response.output_item.added", "response.output_item.done", "response.content_part.added",
     "response.content_part.done", "rate_limits.updated", "playback.acknowledged", "overlap.decision",
     "turn.event", "session.heartbeat_ack",
