@@ -1,0 +1,157 @@
+"""A call that outlives its backend, with real parts: two ``duplex-agent serve`` backends (the scripted
+model) behind a front ``serve --backend A --backend B``, and a realtime-websocket caller on the front."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conformance.omni_client import OmniClient, tone
+from tests.remote.serve_processes import Serve
+
+MANUAL = {"turn_detection": None}
+BACKEND_ARGS = ("--plugin", "scripted", "--drain-timeout", "2")
+
+
+@pytest.fixture
+async def serves(tmp_path):
+    started: list[Serve] = []
+
+    def start(*args: str) -> Serve:
+        started.append(Serve(tmp_path / f"serve{len(started)}.log", *args).start())
+        return started[-1]
+
+    yield start
+    for serve in reversed(started):
+        await serve.stop()
+    for serve in started:
+        print(f"--- {serve.log_path.name} (tail) ---\n{serve.log()[-3000:]}")
+
+
+@pytest.fixture
+async def clients():
+    made: list[OmniClient] = []
+
+    def make(url: str) -> OmniClient:
+        made.append(OmniClient(url))
+        return made[-1]
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+async def ask(client: OmniClient) -> None:
+    await client.append(tone(300))
+    await client.send({"type": "input_audio_buffer.commit"})
+
+
+async def answer_after(caller: OmniClient, earlier: str) -> tuple[dict, list[dict]]:
+    """The next reply completed after ``earlier`` (whose own end may come first), and what came on the way."""
+    seen: list[dict] = []
+    while True:
+        done, more = await caller.until("response.done", timeout=60)
+        seen += more
+        if done["response_id"] != earlier and done["response"]["status"] == "completed":
+            return done, seen
+
+
+async def in_use(*backends: Serve) -> Serve:
+    """The backend holding the front's one session."""
+    for _ in range(300):
+        for backend in backends:
+            if ((await backend.health()) or {}).get("sessions") == 1:
+                return backend
+        await asyncio.sleep(0.1)
+    raise AssertionError("no backend holds the session")
+
+
+async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve:
+    args = [arg for url in backends for arg in ("--backend", url)]
+    return await serves(*args, "--backend-connect-timeout", "1", "--backend-lost-grace", "5", "--drain-timeout", "2",
+                        *extra).ready()
+
+
+async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_the_other_with_the_history(
+        serves, clients):
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.url, b.url)
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    created, _ = await caller.until("response.created", timeout=30)
+    done, _ = await caller.until("response.done", timeout=30)
+    assert done["response"]["status"] == "completed"
+    await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
+    used = await in_use(a, b)
+    other = b if used is a else a
+    # The next answer starts playing, and its host dies.
+    await ask(caller)
+    playing, _ = await caller.until("response.created", timeout=30)
+    await caller.until("response.output_audio.delta", timeout=30)
+    used.kill()
+    await ask(caller)  # the caller asks again at once
+    answered, seen = await answer_after(caller, playing["response_id"])
+    assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+    assert ((await other.health()) or {}).get("sessions") == 1
+    # The history of the call is on the new backend: the first answer's item, as it was heard.
+    await caller.send({"type": "conversation.item.retrieve", "item_id": created["item_id"]})
+    retrieved, _ = await caller.until("conversation.item.retrieved", timeout=30)
+    assert "one two" in str(retrieved["item"]["content"])
+    assert "duplex_backend_failovers_total 1.0" in await front.metrics()
+
+
+async def test_a_host_that_takes_the_connection_and_never_answers_is_left_by_the_connect_timeout(serves, clients):
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.url, b.url)
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    await caller.until("response.done", timeout=30)
+    used = await in_use(a, b)
+    other = b if used is a else a
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    used.kill()
+    # The dead host's address now takes TCP connections and never answers them.
+    hang = await asyncio.start_server(never_answer, "127.0.0.1", used.port, reuse_address=True)
+    try:
+        await ask(caller)
+        created, _ = await caller.until("response.created", timeout=60)
+        answered, seen = await caller.until("response.done", timeout=60)
+        assert answered["response_id"] == created["response_id"]
+        assert answered["response"]["status"] == "completed", seen
+        assert accepted, "the front never tried the hung host"
+        assert ((await other.health()) or {}).get("sessions") == 1
+        assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+    finally:
+        hang.close()
+        for writer in accepted:
+            writer.close()
+
+
+async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answered(serves, clients):
+    a, b = serves(*BACKEND_ARGS, "--max-sessions", "1"), serves(*BACKEND_ARGS, "--max-sessions", "1")
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.url, b.url)
+    for _ in range(2):
+        caller = clients(front.url)
+        await caller.open(MANUAL)
+    for backend in (a, b):
+        assert ((await backend.health()) or {}).get("sessions") == 1
+    late = await clients(front.url).connect()
+    await late.send({"type": "session.update", "event_id": "evt_late", "session": MANUAL})
+    refusal = await late.recv(timeout=30)
+    assert refusal["type"] == "error" and refusal["error"]["code"] == "resource_exhausted"
+    assert refusal["error"]["type"] == "rate_limit_error" and refusal["error"]["event_id"] == "evt_late"
+    with pytest.raises(ConnectionError):
+        await late.recv(timeout=10)
