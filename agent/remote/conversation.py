@@ -221,6 +221,11 @@ class RemoteConversation:
     def queued_input_ms(self) -> float:
         return self._outgoing.audio_ms
 
+    @property
+    def closed_here(self) -> bool:
+        """``close`` was called: the session ends because this side ended it."""
+        return self._close_reason is not None
+
     def send(self, event: p.ClientEvent) -> None:
         """Translate and queue a client event; never blocks."""
         if self._closing or self._close_reason is not None:

@@ -259,7 +259,8 @@ class FailoverConversation:
                 lost = True
                 continue
             if isinstance(event, p.SessionClosed):
-                if (lost or event.reason in _HOST_GOING) and self._closing is None:
+                gone = lost or (event.reason in _HOST_GOING and not conversation.closed_here)
+                if gone and self._closing is None:
                     return True
                 self._emit(event)
                 return False

@@ -258,3 +258,29 @@ async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_o
         hang.close()
         for writer in silent_sockets:
             writer.close()
+
+
+async def test_closing_the_pool_ends_its_calls_with_shutdown_not_a_move(served, pools):
+    await served()
+    other = await served()
+    pool = await pools(f"{(await served()).url},{other.url}")
+    conversation = await pool.open()
+    seen: list[p.ServerEvent] = []
+    await pool.close()
+    closed = await collect(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    assert closed.reason == "shutdown" and conversation.moves == 0
+    assert not [e for e in seen if isinstance(e, p.ErrorEvent)]
+
+
+async def test_a_livekit_worker_on_a_pool_reports_the_pools_free_capacity(served, pools):
+    from duplex_agent.agent.app.livekit_worker import worker_load
+
+    one, two = await served(max_sessions=1), await served(max_sessions=1)
+    pool = await pools(f"{one.url},{two.url}")
+    await until(lambda: pool.server_free_sessions == 2, "both backends' figures")
+    assert worker_load(pool, [], 4) == 0.5  # 4 call slots here, 2 sessions left behind them
+    calls = [await pool.open(), await pool.open()]
+    await until(lambda: pool.server_free_sessions == 0, "a full pool")
+    assert worker_load(pool, calls, 4) == 1.0  # full: LiveKit sends this worker no more jobs
+    for conversation in calls:
+        await conversation.close()
