@@ -155,3 +155,31 @@ async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answer
     assert refusal["error"]["type"] == "rate_limit_error" and refusal["error"]["event_id"] == "evt_late"
     with pytest.raises(ConnectionError):
         await late.recv(timeout=10)
+
+
+async def test_a_backend_file_is_re_read_on_sighup(serves, clients, tmp_path):
+    import signal
+
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    listed = tmp_path / "backends"
+    listed.write_text(f"# the GPU hosts\n{a.url}\n")
+    front = await front_of(serves, f"@{listed}")
+    b_label = b.url.split("?")[0]
+    assert b_label not in await front.metrics()
+    listed.write_text(f"{a.url}\n{b.url}\n")
+    assert front.process is not None
+    front.process.send_signal(signal.SIGHUP)
+    for _ in range(300):
+        if f'duplex_backend_sessions{{backend="{b_label}"}}' in await front.metrics():
+            break
+        await asyncio.sleep(0.1)
+    assert f'duplex_backend_sessions{{backend="{b_label}"}}' in await front.metrics()
+    a.kill()  # the first host dies: calls now go to the one the file added
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    done, _ = await caller.until("response.done", timeout=60)
+    assert done["response"]["status"] == "completed"
+    assert ((await b.health()) or {}).get("sessions") == 1

@@ -284,3 +284,33 @@ async def test_a_livekit_worker_on_a_pool_reports_the_pools_free_capacity(served
     assert worker_load(pool, calls, 4) == 1.0  # full: LiveKit sends this worker no more jobs
     for conversation in calls:
         await conversation.close()
+
+
+async def test_vllm_omnis_health_is_read_when_there_is_no_healthz():
+    """vLLM-Omni serves /health (200 healthy, 503 when its engine is dead) and no /healthz."""
+    from duplex_agent.agent.remote.capacity import ServerCapacity
+    from yarl import URL
+
+    state = {"status": 200}
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "healthy" if state["status"] == 200 else "unhealthy"},
+                                 status=state["status"])
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    capacity = ServerCapacity()
+    probe = asyncio.create_task(capacity.probe(URL(str(server.make_url("/v1/realtime?duplex=1"))), {},
+                                               interval_s=0.05))
+    try:
+        await until(lambda: capacity.rtt_s is not None, "a probe through /health")
+        assert capacity.alive and capacity.free_sessions is None  # alive, capacity unknown
+        state["status"] = 503
+        await until(lambda: not capacity.alive, "the dead engine seen")
+        assert capacity.free_sessions == 0
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+        await server.close()
