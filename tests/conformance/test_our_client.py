@@ -191,3 +191,19 @@ async def test_a_text_only_reply_reaches_the_transport_as_its_transcript():
     deltas = "".join(e.delta for e in seen if isinstance(e, p.ResponseTranscriptDelta))
     [done] = [e for e in seen if isinstance(e, p.ResponseTranscriptDone)]
     assert deltas == done.transcript == "the quick brown fox"
+
+
+async def test_under_commit_all_on_done_nothing_is_acknowledged_for_the_transport():
+    fake = await FakeOmni(reply_after_ms=1e9, reply_chunks=2).start()
+    backend, conversation = await open_on(fake)  # vLLM-Omni's default policy: replies end when done
+    seen: list[p.ServerEvent] = []
+    try:
+        for _ in range(2):
+            conversation.send(p.InputAudioBufferAppend(speech(300)))
+            conversation.send(p.ResponseCreate())
+            await events_until(conversation, completed, seen)
+    finally:
+        await conversation.close()
+        await backend.close()
+        await fake.close()
+    assert fake.errors == [] and "playback.ack" not in [m["type"] for m in fake.received]
