@@ -19,7 +19,6 @@ def build_backend(settings: Settings) -> DuplexBackend:
 
         from duplex_agent.agent.remote.backend import RemoteBackend
         from duplex_agent.agent.remote.conversation import RemoteOptions
-
         from duplex_agent.agent.remote.pool import BackendList, BackendPool
 
         session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None

@@ -189,6 +189,11 @@ class BackendPool:
         with self._lock:
             return [m.url for m in self._members if not m.removed]
 
+    @property
+    def members(self) -> list[Member]:
+        with self._lock:
+            return list(self._members)
+
     async def _start_member(self, member: Member) -> None:
         member.starting = True
         try:

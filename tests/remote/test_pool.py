@@ -136,7 +136,7 @@ def test_repeated_backend_flags_join_like_the_environment():
 async def test_each_new_call_goes_to_the_backend_with_the_most_free_sessions(served, pools):
     small, large = await served(max_sessions=1), await served(max_sessions=3)
     pool = await pools(f"{small.url},{large.url}")
-    members = {m.spec: m for m in pool._members}
+    members = {m.spec: m for m in pool.members}
     await until(lambda: all(m.backend.server_free_sessions is not None for m in members.values()), "probes")
     first = await pool.open()
     assert first.backend_url == members[large.url].url  # 3 free beats 1
@@ -175,7 +175,7 @@ async def test_a_refusing_backend_is_cooled_down_and_the_call_goes_to_another(se
     spare = await served()
     try:
         pool = await pools(f"{refusing_url},{spare.url}", sizes={refusing_url: 8})
-        member = next(m for m in pool._members if m.spec == refusing_url)
+        member = next(m for m in pool.members if m.spec == refusing_url)
         assert member.cooling(time.monotonic()) and member.failures == 1
         assert metrics.BACKEND_REFUSALS.labels(member.url)._value.get() >= 1
         conversation = await pool.open()
@@ -246,14 +246,14 @@ async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_o
         await pool.reload()
         assert pool.urls[-1].startswith(hang_url.split("?")[0])
         conversation = await asyncio.wait_for(pool.open(), 15)
-        hung = next(m for m in pool._members if m.spec == hang_url)
+        hung = next(m for m in pool.members if m.spec == hang_url)
         assert conversation.backend_url != hung.url
         await until(lambda: hung.failures >= 1, "the hung backend counted as failed")
         await conversation.close()
         # Removed from the file, it takes nothing more.
         listed.write_text(good.url + "\n")
         await pool.reload()
-        assert pool.urls == [next(m for m in pool._members if m.spec == good.url).url]
+        assert pool.urls == [next(m for m in pool.members if m.spec == good.url).url]
     finally:
         hang.close()
         for writer in silent_sockets:
@@ -288,8 +288,9 @@ async def test_a_livekit_worker_on_a_pool_reports_the_pools_free_capacity(served
 
 async def test_vllm_omnis_health_is_read_when_there_is_no_healthz():
     """vLLM-Omni serves /health (200 healthy, 503 when its engine is dead) and no /healthz."""
-    from duplex_agent.agent.remote.capacity import ServerCapacity
     from yarl import URL
+
+    from duplex_agent.agent.remote.capacity import ServerCapacity
 
     state = {"status": 200}
 
