@@ -543,13 +543,16 @@ class RemoteConversation:
 
     async def _resume(self) -> bool:
         """Reattach to the session on a new socket; True when the server replays what we missed."""
-        delay = self.options.resume_backoff_s
+        backoff = self.options.resume_backoff_s
+        # In a pool the first try goes at once: a live host takes it, a dead one refuses it, and either
+        # way the caller's gap is shorter (a lone backend waits first, as vLLM-Omni's client does).
+        delay = 0.0 if self.options.resume_gives_up_unreachable else backoff
         give_up_at = time.monotonic() + self.options.resume_window_s
         attempt = 0
         while time.monotonic() + delay < give_up_at:
             attempt += 1
             await asyncio.sleep(delay)
-            delay = min(2 * delay, 2.0)
+            delay = min(2 * max(delay, backoff / 2), 2.0)
             try:
                 ws = await self._connect(resume=True)
             except AdmissionError as exc:

@@ -104,38 +104,86 @@ async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_the_o
     assert "duplex_backend_failovers_total 1.0" in await front.metrics()
 
 
+class HostAddress:
+    """A backend's address in front of its process: forwards TCP, until it ``hangs``: then every
+    connection through it is dropped, and new ones are taken and never answered."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.hung = False
+        self.accepted_while_hung = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> HostAddress:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1/realtime?duplex=1"
+
+    def hang(self) -> None:
+        self.hung = True
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.hung:
+            self.accepted_while_hung += 1
+            self._writers.append(writer)  # taken, never answered
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except ConnectionError:
+                pass
+            finally:
+                sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self.hang()
+        self._server.close()
+
+
 async def test_a_host_that_takes_the_connection_and_never_answers_is_left_by_the_connect_timeout(serves, clients):
-    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS, "--max-sessions", "1")  # the call goes to a: more room
     await a.ready()
     await b.ready()
-    front = await front_of(serves, a.url, b.url)
-    caller = clients(front.url)
-    await caller.open(MANUAL)
-    await ask(caller)
-    await caller.until("response.done", timeout=30)
-    used = await in_use(a, b)
-    other = b if used is a else a
-    accepted: list[asyncio.StreamWriter] = []
-
-    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-
-    used.kill()
-    # The dead host's address now takes TCP connections and never answers them.
-    hang = await asyncio.start_server(never_answer, "127.0.0.1", used.port, reuse_address=True)
+    host = await HostAddress(a.port).start()
     try:
+        front = await front_of(serves, host.url, b.url)
+        b_free = f'duplex_backend_free_sessions{{backend="{b.url.split("?")[0]}"}} 1.0'
+        for _ in range(300):  # the front has read b's figure
+            if b_free in await front.metrics():
+                break
+            await asyncio.sleep(0.1)
+        caller = clients(front.url)
+        await caller.open(MANUAL)
+        await ask(caller)
+        await caller.until("response.done", timeout=30)
+        assert ((await a.health()) or {}).get("sessions") == 1
+        host.hang()  # the call's connection drops; its host now takes connections and never answers
         await ask(caller)
         created, _ = await caller.until("response.created", timeout=60)
         answered, seen = await caller.until("response.done", timeout=60)
         assert answered["response_id"] == created["response_id"]
         assert answered["response"]["status"] == "completed", seen
-        assert accepted, "the front never tried the hung host"
-        assert ((await other.health()) or {}).get("sessions") == 1
+        assert host.accepted_while_hung >= 1, "the front never tried the hung host"
+        assert ((await b.health()) or {}).get("sessions") == 1
         assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
     finally:
-        hang.close()
-        for writer in accepted:
-            writer.close()
+        await host.close()
 
 
 async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answered(serves, clients):
