@@ -3,10 +3,10 @@
 A connection with ``?model=`` (and neither ``autostart=0`` nor ``resume=1``) opens a
 session at once, before any client message, as vLLM-Omni does. Otherwise the first
 message opens a session (``session.update``; any other event opens one with the
-defaults and is then applied) or reattaches one (``session.resume``). Then client events go to the conversation in arrival order;
-the transport-level ones are answered here: ``session.heartbeat`` (``heartbeat_ack``),
-``session.event_ack`` (trims the replay journal), ``session.close`` (``session.closed``,
-then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
+defaults and is then applied) or reattaches one (``session.resume``). Then client
+events go to the conversation in arrival order; the transport-level ones are answered
+here: ``session.heartbeat`` (``heartbeat_ack``), ``session.event_ack`` (trims the replay
+journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
 ``event_id``, and the session keeps serving; ``response.cancel`` after the latest reply
 finished is ``response_not_active``. A socket that goes away -- dropped, or closed by the
 client with any code, 1000 and 1001 included (a browser reload) -- leaves the session alive
@@ -70,13 +70,7 @@ class RealtimeEndpoint:
         live: LiveSession | None = None
         if _autostarts(request):
             live = await self._open(ws, None, model=request.query["model"])
-            if live is None:
-                await ws.close()
-                return ws
-            await self._serve(ws, live)
-            return ws
-        first = await self._first_message(ws)
-        if first is not None:
+        elif (first := await self._first_message(ws)) is not None:
             live = await (self._resume(ws, first) if first.get("type") == "session.resume" else self._open(ws, first))
         if live is None:
             await ws.close()

@@ -344,9 +344,7 @@ class RemoteConversation:
         response_id = event.response_id or self._last_response
         if response_id is None:
             return []
-        playback = self._unacked.pop(response_id, None)  # the transport speaks for it: no ack from here
-        if playback is not None and playback.timer is not None:
-            playback.timer.cancel()
+        self._drop_unacked(response_id)  # the transport speaks for it: no ack from here
         item_id = event.item_id or self._items.get(response_id)
         if self._caps.supports_playback_ack:
             committed = event.played_ms if event.committed_ms is None else event.committed_ms
