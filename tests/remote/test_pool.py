@@ -315,3 +315,27 @@ async def test_vllm_omnis_health_is_read_when_there_is_no_healthz():
         probe.cancel()
         await asyncio.gather(probe, return_exceptions=True)
         await server.close()
+
+
+def test_the_history_a_new_backend_gets_is_what_the_caller_heard():
+    from duplex_agent.agent.remote.failover import HeardHistory
+
+    history = HeardHistory()
+    history.server_event(p.InputAudioBufferCommitted("item_u1"))
+    history.server_event(p.ResponseCreated("resp_1", "item_a1"))
+    history.server_event(p.InputTranscriptionCompleted("item_u1", " what is on tonight "))
+    for n, word in enumerate(("a", "film", "at", "nine")):
+        history.server_event(p.ResponseAudioDelta("resp_1", "item_a1", np.zeros(2400, np.float32), 24000,
+                                                  100.0 * n, 100.0, [{"text": word, "start_ms": 100.0 * n,
+                                                                      "end_ms": 100.0 * (n + 1)}]))
+        history.server_event(p.ResponseTranscriptDelta("resp_1", "item_a1", word + " "))
+    history.server_event(p.ResponseDone("resp_1", "completed"))
+    history.client_event(p.PlaybackAck(played_ms=200.0, response_id="resp_1", truncate=True))  # cut off
+    assert history.items() == [
+        {"id": "item_u1", "type": "message", "role": "user", "content": [{"type": "input_text",
+                                                                          "text": "what is on tonight"}]},
+        {"id": "item_a1", "type": "message", "role": "assistant", "content": [{"type": "text",
+                                                                               "text": "a film"}]},
+    ]
+    history.server_event(p.ConversationItemDeleted("item_u1"))
+    assert [item["id"] for item in history.items()] == ["item_a1"]
