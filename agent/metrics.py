@@ -172,6 +172,20 @@ class ReceiveBufferFigures:
 RECEIVE_BUFFERS = ReceiveBufferFigures()
 REGISTRY.register(RECEIVE_BUFFERS)
 
+#: One remote backend of a pool, by its URL (``--backend``).
+BACKEND_SESSIONS = Gauge("duplex_backend_sessions", "Conversations this worker holds open on the backend",
+                         ["backend"], registry=REGISTRY)
+BACKEND_FREE = Gauge("duplex_backend_free_sessions", "Sessions the backend will still take, as this worker "
+                     "knows it (-1: unknown)", ["backend"], registry=REGISTRY)
+BACKEND_REFUSALS = Counter("duplex_backend_refusals", "Conversations the backend refused (full)", ["backend"],
+                           registry=REGISTRY)
+BACKEND_FAILURES = Counter("duplex_backend_failures", "Opens that failed (unreachable, timeout) and conversations "
+                           "lost with the backend", ["backend"], registry=REGISTRY)
+BACKEND_RTT_MS = Gauge("duplex_backend_rtt_ms", "Round trip of the last health probe of the backend, in ms",
+                       ["backend"], registry=REGISTRY)
+BACKEND_FAILOVERS = Counter("duplex_backend_failovers", "Conversations moved to another backend after theirs "
+                            "was lost", registry=REGISTRY)
+
 
 def render() -> bytes:
     return generate_latest(REGISTRY)

@@ -1,4 +1,4 @@
-"""Builds the backend the settings ask for: an in-process plugin or a remote vLLM-Omni server."""
+"""Builds the backend the settings ask for: an in-process plugin, a remote vLLM-Omni server, or a pool of them."""
 
 from __future__ import annotations
 
@@ -19,11 +19,23 @@ def build_backend(settings: Settings) -> DuplexBackend:
 
         from duplex_agent.agent.remote.backend import RemoteBackend
         from duplex_agent.agent.remote.conversation import RemoteOptions
+        from duplex_agent.agent.remote.pool import BackendList, BackendPool
 
         session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
-        return RemoteBackend(settings.backend, model=settings.backend_model, api_key=settings.backend_api_key,
-                             max_sessions=settings.max_sessions, session=session,
-                             options=RemoteOptions(stall_timeout_s=settings.backend_stall_timeout))
+        backends = BackendList(settings.backend)
+        several = backends.file is not None or len(backends.urls()) > 1
+        # In a pool a host that refuses or never answers is gone at once: the call moves to another.
+        options = RemoteOptions(stall_timeout_s=settings.backend_stall_timeout,
+                                connect_timeout_s=settings.backend_connect_timeout,
+                                resume_gives_up_unreachable=several)
+
+        def remote(url: str) -> RemoteBackend:
+            return RemoteBackend(url, model=settings.backend_model, api_key=settings.backend_api_key,
+                                 max_sessions=settings.max_sessions, session=session, options=options)
+
+        if not several:
+            return remote(backends.urls()[0])
+        return BackendPool(backends, remote, lost_grace_s=settings.backend_lost_grace)
     from duplex_agent.agent.models.end_of_turn import EndOfTurnModel
     from duplex_agent.agent.models.vad import SileroVadModel
     from duplex_agent.agent.session.local_backend import LocalBackend

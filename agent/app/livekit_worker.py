@@ -101,9 +101,12 @@ class LiveCalls:
 
 
 def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> float:
-    """The share of session slots in use: the local ones, or the remote backend's when it has fewer free."""
+    """The share of session slots in use: the local ones, or the remote backend's when it has fewer free.
+
+    A pool of backends (``--backend`` several times) reports the free sessions of all of them together.
+    """
     free = capacity - max(len(calls), backend.active_sessions)
-    # Only a remote backend knows how full its server is; None when it cannot tell.
+    # Only a remote backend (or pool) knows how full its servers are; None when it cannot tell.
     server_free = getattr(backend, "server_free_sessions", None)
     if server_free is not None:
         free = min(free, server_free)

@@ -1,14 +1,16 @@
 """``GET /v1/realtime?duplex=1``: the duplex realtime websocket, speaking vLLM-Omni's wire.
 
-The first message opens a session (``session.update``; any other event opens one
-with the defaults and is then applied, as vLLM-Omni does) or reattaches one
-(``session.resume``). Then client events go to the conversation in arrival order;
-the transport-level ones are answered here: ``session.heartbeat`` (``heartbeat_ack``),
-``session.event_ack`` (trims the replay journal), ``session.close`` (``session.closed``,
-then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
-``event_id``, and the session keeps serving. A dropped socket leaves the session alive
-for ``resume_grace_s`` (see ``session_store``); a client that closes the socket itself
-(close code 1000 or 1001) ends its session, as ``session.close`` does.
+A connection with ``?model=`` (and neither ``autostart=0`` nor ``resume=1``) opens a
+session at once, before any client message, as vLLM-Omni does. Otherwise the first
+message opens a session (``session.update``; any other event opens one with the
+defaults and is then applied) or reattaches one (``session.resume``). Then client
+events go to the conversation in arrival order; the transport-level ones are answered
+here: ``session.heartbeat`` (``heartbeat_ack``), ``session.event_ack`` (trims the replay
+journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
+``event_id``, and the session keeps serving; ``response.cancel`` after the latest reply
+finished is ``response_not_active``. A socket that goes away -- dropped, or closed by the
+client with any code, 1000 and 1001 included (a browser reload) -- leaves the session alive
+for ``resume_grace_s`` (see ``session_store``); only ``session.close`` ends it at once.
 """
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ log = logging.getLogger("duplex_agent.realtime")
 MAX_EVENT_BYTES = 15 * 1024 * 1024
 #: What the transport reads at all; a frame beyond it is refused by aiohttp with close 1009.
 TRANSPORT_LIMIT_BYTES = 4 * MAX_EVENT_BYTES
-#: Close codes of a client that hung up on purpose (normal closure, going away).
-_CLEAN_CLOSE = (1000, 1001)
-_DUPLEX_ON = ("", "1", "true", "on", "yes")
+_TRUE = ("1", "true", "on", "yes")
+_DUPLEX_ON = ("", *_TRUE)
 _DUPLEX_OFF = ("0", "false", "off", "no")
 #: Client events this endpoint answers itself.
 _TRANSPORT_EVENTS = ("session.heartbeat", "session.event_ack", "session.close", "close", "close_session",
@@ -66,9 +67,10 @@ class RealtimeEndpoint:
             raise web.HTTPBadRequest(text=json.dumps({"error": reason}), content_type="application/json")
         ws = web.WebSocketResponse(max_msg_size=TRANSPORT_LIMIT_BYTES, heartbeat=30.0)
         await ws.prepare(request)
-        first = await self._first_message(ws)
         live: LiveSession | None = None
-        if first is not None:
+        if _autostarts(request):
+            live = await self._open(ws, None, model=request.query["model"])
+        elif (first := await self._first_message(ws)) is not None:
             live = await (self._resume(ws, first) if first.get("type") == "session.resume" else self._open(ws, first))
         if live is None:
             await ws.close()
@@ -96,9 +98,16 @@ class RealtimeEndpoint:
             return None
         return data
 
-    async def _open(self, ws: web.WebSocketResponse, first: dict[str, Any]) -> LiveSession | None:
-        """Open a session with ``first`` (a ``session.update``, else the defaults and then ``first``)."""
-        opening = first if first["type"] == "session.update" else {"type": "session.update", "session": {}}
+    async def _open(self, ws: web.WebSocketResponse, first: dict[str, Any] | None, *,
+                    model: str = "") -> LiveSession | None:
+        """Open a session with ``first`` (a ``session.update``, else the defaults and then ``first``).
+
+        ``first`` None: the ``?model=`` autostart, with the defaults and nothing to apply after.
+        """
+        if first is not None and first["type"] == "session.update":
+            opening = first
+        else:
+            opening = {"type": "session.update", "session": {"model": model} if model else {}}
         try:
             update = codec.decode_client_event(json.dumps(opening))
         except p.ProtocolError as exc:
@@ -137,7 +146,7 @@ class RealtimeEndpoint:
         for event in early:
             await live.emit(event)
         live.start_pump()
-        if first is not opening:
+        if first is not None and first is not opening:
             await self._on_text(live, json.dumps(first))
         return live
 
@@ -193,10 +202,6 @@ class RealtimeEndpoint:
             raise
         if live.closing or live.closed.is_set():
             await live.closed.wait()
-        elif ws.close_code in _CLEAN_CLOSE and live.ws is ws:
-            # The client closed the socket itself: it is done with the session (a drop is not).
-            live.closing = True
-            await live.shutdown("client_close")
         else:
             self._socket_gone(ws, live)
 
@@ -238,6 +243,11 @@ class RealtimeEndpoint:
         elif isinstance(event, p.TurnSignal):
             await live.emit(p.TurnEvent(event.event, "accepted"))
             return
+        elif isinstance(event, p.ResponseCancel) and _finished(live, event.response_id):
+            # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
+            await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
+                                            f"{live.last_response}", event_id=event.event_id))
+            return
         elif isinstance(event, p.InputTextAppend):
             await live.emit(p.ErrorEvent.of("native_text_append_unsupported", "this session takes audio input only",
                                             event_id=event.event_id))
@@ -264,6 +274,20 @@ class RealtimeEndpoint:
         else:
             await live.emit(p.ErrorEvent.of("unsupported_session_resume", "session.resume must be the first message "
                                             "of a new connection", event_id=event.event_id))
+
+
+def _autostarts(request: web.Request) -> bool:
+    """vLLM-Omni's ``initial_open_payload``: ``?model=`` opens at once unless ``autostart=0`` or ``resume=1``."""
+    query = request.query
+    resume_only = (query.get("resume", "").strip().lower() in _TRUE
+                   or query.get("autostart", "").strip().lower() in _DUPLEX_OFF)
+    return bool(query.get("model")) and not resume_only
+
+
+def _finished(live: LiveSession, response_id: str | None) -> bool:
+    """The cancel names the latest reply (or none), and that reply has finished."""
+    return (live.last_response is not None and not live.response_active
+            and response_id in (None, live.last_response))
 
 
 async def _send_direct(ws: web.WebSocketResponse, event: p.ServerEvent) -> None:

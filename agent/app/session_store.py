@@ -97,7 +97,7 @@ class LiveSession:
         self.conversation = conversation
         self.session_id = conversation.session_id
         self.resumable = resumable
-        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable)
+        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable, fence=self._fence)
         self.journal = ReplayJournal(journal_bytes)
         self.input_format = "pcm16"
         self.rates = AppendRateAdapter(conversation.capabilities.input_sample_rate)
@@ -108,6 +108,9 @@ class LiveSession:
         self.closing = False  # the client asked to close: a drop now is not a detach
         self._on_closed = on_closed
         self._told_overflow = False
+        #: The newest response and whether it is still running, as the client has been told.
+        self.last_response: str | None = None
+        self.response_active = False
         self._events = events
         self._seq = 0
         self._token_digest = b""
@@ -149,7 +152,16 @@ class LiveSession:
                                                      self.encoder))
                 await _send_text(self.ws, text)
 
+    def _fence(self) -> tuple[int, int]:
+        """The conversation's (epoch, turn_id) where it has them (a local runner), else (0, 0)."""
+        epoch, turn_id = getattr(self.conversation, "epoch", 0), getattr(self.conversation, "turn_id", 0)
+        return (epoch if isinstance(epoch, int) else 0, turn_id if isinstance(turn_id, int) else 0)
+
     def _note(self, event: p.ServerEvent) -> None:
+        if isinstance(event, p.ResponseCreated):
+            self.last_response, self.response_active = event.response_id, True
+        elif isinstance(event, p.ResponseDone) and event.response_id == self.last_response:
+            self.response_active = False
         if isinstance(event, p.SessionCreated | p.SessionUpdated):
             self.session = event.session
             self.input_format = str(event.session.get("input_audio_format", self.input_format))

@@ -27,6 +27,17 @@ def _parse_bool(text: str) -> bool:
 
 
 _FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
+#: Flags that may be given several times; their values are joined by commas (as the environment writes them).
+REPEATABLE_FIELDS = frozenset({"backend"})
+
+
+class _JoinRepeated(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        seen = f"_{self.dest}_given"
+        joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
+        setattr(namespace, self.dest, joined)
+        setattr(namespace, seen, True)
 
 
 def _secret() -> str:
@@ -39,7 +50,9 @@ class Settings:
     port: int = 8080
     #: A plugin alias (reference, scripted) or a dotted path to a DuplexModelPlugin class.
     plugin: str = "reference"
-    #: Empty for the in-process model; a ws:// URL of a vLLM-Omni duplex endpoint otherwise.
+    #: Empty for the in-process model; else ws:// URLs of vLLM-Omni duplex endpoints: the flag repeated,
+    #: a comma-separated list, or @FILE (one URL per line, re-read on SIGHUP). With several, each new call
+    #: goes to the one with the most free sessions and a call moves on when its backend is lost.
     backend: str = ""
     backend_model: str = ""
     backend_api_key: str = _secret()
@@ -47,6 +60,10 @@ class Settings:
     backend_session: str = ""
     #: Seconds without a server event while a reply plays before the reply is cancelled as stalled.
     backend_stall_timeout: float = 3.0
+    #: Seconds a backend's websocket handshake may take before the backend counts as gone.
+    backend_connect_timeout: float = 5.0
+    #: Seconds a call whose backend is lost looks for another before it ends (several backends).
+    backend_lost_grace: float = 10.0
     max_sessions: int = 4
     #: Seconds a realtime session outlives its dropped websocket, waiting for session.resume (0: no resume).
     resume_grace_s: float = 30.0
@@ -146,6 +163,9 @@ class Settings:
             if f.type == "bool":
                 parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                     default=getattr(self, f.name), help=f"(env {env}; default: %(default)s)")
+            elif f.name in REPEATABLE_FIELDS:
+                parser.add_argument(flag, dest=f.name, action=_JoinRepeated, default=getattr(self, f.name),
+                                    help=f"repeatable (env {env}, comma-separated; default: %(default)s)")
             elif f.name in SECRET_FIELDS:
                 # The value is never echoed: argparse shows defaults only through %(default)s.
                 parser.add_argument(flag, dest=f.name, default=getattr(self, f.name), metavar="SECRET",

@@ -4,14 +4,18 @@ Inside the process events stay flat (``ResponseDone.status``, ``ResponseAudioDel
 ``ServerWireEncoder`` turns them into what vLLM-Omni's ``/v1/realtime?duplex=1`` sends:
 nested ``response{}`` objects, audio deltas with ``format`` / ``sample_rate_hz`` /
 ``output_index`` / ``content_index`` / ``metadata``, ``session`` objects with the GA
-``audio{}`` object and vLLM-Omni's capability names, a server ``event_id`` on every
-event, and vLLM-Omni's error codes and classes. Our own flat fields stay beside them
+``audio{}`` object, vLLM-Omni's capability names and the session's ``state`` /
+``turn_state`` / ``epoch`` / ``turn_id``, the native event echoed under ``event`` where
+vLLM-Omni echoes one, a server ``event_id`` on every event, and vLLM-Omni's error codes
+and classes (checked against vLLM-Omni 0.30.0's ``protocol.duplex.events`` and
+``engine.duplex.realtime_events``). Our own flat fields stay beside them
 (additions a vLLM-Omni client ignores), so clients of either dialect read the same JSON.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from duplex_agent.agent.protocol import codec
@@ -78,17 +82,35 @@ def omni_capabilities(caps: dict[str, Any], *, resumable: bool) -> dict[str, Any
     }
 
 
-def omni_session(session: dict[str, Any], *, resumable: bool) -> dict[str, Any]:
-    """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session``."""
+#: A session's position: (epoch, turn_id), read when an event is encoded.
+Fence = Callable[[], tuple[int, int]]
+#: vLLM-Omni's ``DuplexTurnState`` after each event that moves it.
+_TURN_STATES: dict[type[p.ServerEvent], str] = {
+    p.SpeechStarted: "user_speaking",
+    p.InputAudioBufferCommitted: "user_committed",
+    p.ResponseCreated: "assistant_generating",
+    p.ResponseListen: "idle",
+    p.ResponseDone: "idle",
+}
+
+
+def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = "idle",
+                 fence: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session`` (its ``as_public_dict``)."""
     caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
     in_format = str(session.get("input_audio_format", "pcm16"))
     out_format = str(session.get("output_audio_format", "pcm16"))
     in_rate = session.get("input_sample_rate", caps.get("input_sample_rate", 16000))
     out_rate = caps.get("output_sample_rate", 24000)
     policy = session.get("overlap_policy")
+    epoch, turn_id = fence
     return {
         "object": "realtime.session",
         "type": "realtime",
+        "state": "open",
+        "turn_state": turn_state,
+        "epoch": epoch,
+        "turn_id": turn_id,
         **session,
         "overlap_policy": OMNI_OVERLAP.get(policy, policy) if isinstance(policy, str) else policy,
         "output_modalities": list(session.get("modalities", ["audio", "text"])),
@@ -106,13 +128,23 @@ def omni_session(session: dict[str, Any], *, resumable: bool) -> dict[str, Any]:
 class ServerWireEncoder:
     """Encodes one session's server events; keeps the per-response text offsets that marks need."""
 
-    def __init__(self, session_id: str, *, output_format: str = "pcm16", resumable: bool = True) -> None:
+    def __init__(self, session_id: str, *, output_format: str = "pcm16", resumable: bool = True,
+                 fence: Fence | None = None) -> None:
+        """``fence``: the session's current (epoch, turn_id) (none: both 0)."""
         self.session_id = session_id
         self.output_format = output_format
         self.resumable = resumable
+        self.turn_state = "idle"
+        self._fence = fence or (lambda: (0, 0))
         self._text_chars: dict[str, int] = {}  # response -> transcript characters its audio has spoken so far
+        self._items: dict[str, str] = {}  # response -> its assistant item (the newest few)
 
     def encode(self, event: p.ServerEvent) -> dict[str, Any]:
+        self.turn_state = _TURN_STATES.get(type(event), self.turn_state)
+        if isinstance(event, p.ResponseCreated):
+            self._items[event.response_id] = event.item_id
+            if len(self._items) > 64:
+                del self._items[next(iter(self._items))]
         data = codec.encode_event(event, audio_format=self.output_format)
         data["event_id"] = f"event_{uuid.uuid4().hex[:20]}"
         shape = _SHAPES.get(type(event))
@@ -124,7 +156,8 @@ class ServerWireEncoder:
 
     def _session(self, event: p.SessionCreated | p.SessionUpdated, data: dict[str, Any]) -> None:
         self.output_format = str(event.session.get("output_audio_format", self.output_format))
-        data["session"] = omni_session(event.session, resumable=self.resumable)
+        data["session"] = omni_session(event.session, resumable=self.resumable, turn_state=self.turn_state,
+                                       fence=self._fence())
 
     def _error(self, event: p.ErrorEvent, data: dict[str, Any]) -> None:
         error = event.error
@@ -138,7 +171,8 @@ class ServerWireEncoder:
                                                          "response_id": event.response_id}}
         else:
             status = event.status
-            details = None if status == "completed" else {"type": status, "reason": event.reason or None}
+            default = {"completed": "stop", "cancelled": "client_cancelled"}.get(status, status)
+            details = {"type": status, "reason": event.reason or default}
             output = [{"id": f"item_{event.response_id}", "object": "realtime.item", "type": "message",
                        "role": "assistant", "status": status}]
             metadata = {"type": event.type, "session_id": self.session_id, "response_id": event.response_id,
@@ -157,6 +191,19 @@ class ServerWireEncoder:
         data["output_index"] = 0
         data["content_index"] = 0
 
+    def _speak(self, event: p.ResponseSpeak, data: dict[str, Any]) -> None:
+        self._content(event, data)
+        data["item_id"] = self._items.get(event.response_id, f"item_{event.response_id}")
+        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0], "model_speak": True}
+
+    def _committed(self, event: p.InputAudioBufferCommitted, data: dict[str, Any]) -> None:
+        epoch, turn_id = self._fence()
+        data["event"] = {"type": "input.committed", "session_id": self.session_id, "turn_id": turn_id,
+                         "epoch": epoch, "realtime_item_id": event.item_id}
+
+    def _transcribed(self, event: p.InputTranscriptionCompleted, data: dict[str, Any]) -> None:
+        data["content_index"] = 0
+
     def _audio(self, event: p.ResponseAudioDelta, data: dict[str, Any]) -> None:
         self._content(event, data)
         data["sample_rate_hz"] = event.sample_rate
@@ -168,7 +215,8 @@ class ServerWireEncoder:
             marks.append({"text_chars": chars, "audio_end_ms": round(float(mark["end_ms"]))})
         self._text_chars[event.response_id] = chars
         end_ms = event.audio_start_ms + event.audio_ms
-        data["metadata"] = {"session_id": self.session_id, "model_speak": True, "end_of_turn": False,
+        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0], "model_speak": True,
+                            "end_of_turn": False,
                             "audio_duration_ms": round(end_ms), "audio_text_marks": marks,
                             "playback": {"generated_ms": round(end_ms), "sent_ms": round(end_ms)}}
 
@@ -194,7 +242,9 @@ _SHAPES: dict[type[p.ServerEvent], Any] = {
     p.ResponseCreated: ServerWireEncoder._response,
     p.ResponseDone: ServerWireEncoder._response,
     p.ResponseListen: ServerWireEncoder._listen,
-    p.ResponseSpeak: ServerWireEncoder._content,
+    p.ResponseSpeak: ServerWireEncoder._speak,
+    p.InputAudioBufferCommitted: ServerWireEncoder._committed,
+    p.InputTranscriptionCompleted: ServerWireEncoder._transcribed,
     p.ResponseAudioDelta: ServerWireEncoder._audio,
     p.ResponseAudioDone: ServerWireEncoder._content,
     p.ResponseTranscriptDelta: ServerWireEncoder._content,

@@ -21,7 +21,6 @@ from duplex_agent.plugins.contract import DuplexSessionConfig
 OVERLAP_POLICIES = ("barge_in", "listen")
 #: vLLM-Omni's overlap policy names -> ours.
 OMNI_OVERLAP_POLICIES = {"barge_in_on_speech": "barge_in", "listen_only": "listen"}
-PLAYBACK_COMMIT_POLICIES = ("ack_only", "commit_all_on_done")
 #: Fixed once the session has started: the input stream's shape.
 IMMUTABLE_FIELDS = ("input_audio_format", "input_sample_rate")
 #: Accepted for compatibility with realtime clients; not used by the runtime.
@@ -90,9 +89,9 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             raise ProtocolError("invalid_field", f"overlap_policy must be one of "
                                 f"{list(OVERLAP_POLICIES) + list(OMNI_OVERLAP_POLICIES)}")
         changes["overlap_policy"] = policy
-    if "playback_commit_policy" in changes:
-        if changes.pop("playback_commit_policy") not in PLAYBACK_COMMIT_POLICIES:
-            raise ProtocolError("invalid_field", f"playback_commit_policy must be one of {list(PLAYBACK_COMMIT_POLICIES)}")
+    # Any playback_commit_policy is taken: vLLM-Omni normalizes an unknown one (an older client's
+    # ``ack``) to its default, commit_all_on_done; our ledger follows the acks under either.
+    changes.pop("playback_commit_policy", None)
     if "idle_timeout_s" in changes and not changes.pop("idle_timeout_s") > 0:
         raise ProtocolError("invalid_field", "idle_timeout_s must be a positive number of seconds")
     if "modalities" in changes:

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from duplex_agent.agent.remote.capacity import ServerCapacity, health_url
+from duplex_agent.agent.remote.capacity import ServerCapacity
 from duplex_agent.agent.remote.conversation import RemoteConversation, RemoteOptions
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.contract import DuplexCapabilities
@@ -69,8 +69,17 @@ class RemoteBackend:
         """Learn the server's capabilities from a probe session (closed at once); start reading its capacity."""
         probe = await self.open()
         await probe.close("probe")
-        self._probe = asyncio.create_task(self.capacity.probe(health_url(self.url), self._headers),
-                                          name="remote-capacity-probe")
+        self.watch_capacity()
+
+    def watch_capacity(self) -> None:
+        """Start reading the server's capacity, in the running loop (once)."""
+        if self._probe is None:
+            self._probe = asyncio.create_task(self.capacity.probe(self.url, self._headers),
+                                              name="remote-capacity-probe")
+
+    @property
+    def started(self) -> bool:
+        return self._capabilities is not None
 
     async def close(self) -> None:
         """Close every live conversation, each in its own loop (``session.closed`` with reason ``shutdown``)."""
@@ -164,14 +173,18 @@ class RemoteBackend:
         """A websocket to the server; AdmissionError with a code when it cannot be had."""
         url = self.url.update_query(autostart="0") if resume else self.url  # vLLM-Omni: resume-only socket
         try:
-            return await http.ws_connect(
+            # The whole handshake is bounded: a host that takes the TCP connection and never answers is gone.
+            return await asyncio.wait_for(http.ws_connect(
                 url, headers=self._headers, max_msg_size=16 << 20, heartbeat=15.0,
                 timeout=aiohttp.ClientWSTimeout(ws_close=2.0), autoping=True,
-            )
+            ), self.options.connect_timeout_s)
+        except TimeoutError:
+            raise AdmissionError(f"no websocket handshake from the duplex server at {self.url} within "
+                                 f"{self.options.connect_timeout_s:g} s", code="backend_timeout") from None
         except aiohttp.WSServerHandshakeError as exc:
             code = _HTTP_CODES.get(exc.status, "backend_unavailable")
             raise AdmissionError(f"the duplex server at {self.url} answered HTTP {exc.status}: {exc.message}",
                                  code=code) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             raise AdmissionError(f"cannot reach the duplex server at {self.url}: {exc}",
                                  code="backend_unavailable") from None

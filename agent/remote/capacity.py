@@ -1,11 +1,13 @@
 """How many more sessions the remote duplex server will take, as far as this worker can tell.
 
-Two sources. Our own server publishes ``{"sessions", "max_sessions"}`` on
-``/healthz``, which a probe reads every ``interval_s``. A server that does not
-(vLLM-Omni) is known only by its refusals: a ``resource_exhausted`` marks it
-full until one of our sessions on it ends or ``refusal_hold_s`` passes. The
-figure is read from any thread (a LiveKit worker's load function runs in an
-executor), so it is kept behind a lock.
+Three sources. Our own server publishes ``{"sessions", "max_sessions"}`` on
+``/healthz``, which a probe reads every ``interval_s``. vLLM-Omni has no
+``/healthz``; its ``/health`` says only whether the engine is alive (200, or 503
+when it is dead: no free sessions). Beyond that a server is known by its
+refusals: a ``resource_exhausted`` marks it full until one of our sessions on it
+ends or ``refusal_hold_s`` passes. Each probe also times the round trip. The
+figures are read from any thread (a LiveKit worker's load function runs in an
+executor), so they are kept behind a lock.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from yarl import URL
 log = logging.getLogger("duplex_agent.remote")
 
 
-def health_url(realtime_url: URL) -> URL:
-    """``ws(s)://host:port/v1/realtime?...`` -> ``http(s)://host:port/healthz``."""
+def health_url(realtime_url: URL, path: str = "/healthz") -> URL:
+    """``ws(s)://host:port/v1/realtime?...`` -> ``http(s)://host:port/healthz`` (or ``path``)."""
     scheme = {"ws": "http", "wss": "https"}.get(realtime_url.scheme, realtime_url.scheme)
-    return realtime_url.with_scheme(scheme).with_path("/healthz").with_query(None)
+    return realtime_url.with_scheme(scheme).with_path(path).with_query(None)
 
 
 class ServerCapacity:
@@ -34,14 +36,29 @@ class ServerCapacity:
         self._lock = threading.Lock()
         self._published: int | None = None  # free sessions the server last published
         self._refused_at: float | None = None
+        self._alive = True  # the last probe reached a live server (or none has run)
+        self._rtt_s: float | None = None
 
     @property
     def free_sessions(self) -> int | None:
         """Free sessions on the server; None when it is not known."""
         with self._lock:
+            if not self._alive:
+                return 0
             if self._refused_at is not None and time.monotonic() - self._refused_at < self.refusal_hold_s:
                 return 0
             return self._published
+
+    @property
+    def rtt_s(self) -> float | None:
+        """The last probe's round trip (None before one answered)."""
+        with self._lock:
+            return self._rtt_s
+
+    @property
+    def alive(self) -> bool:
+        with self._lock:
+            return self._alive
 
     def refused(self) -> None:
         with self._lock:
@@ -51,28 +68,38 @@ class ServerCapacity:
         with self._lock:
             self._refused_at = None
 
-    def published(self, free: int | None) -> None:
+    def published(self, free: int | None, *, alive: bool = True, rtt_s: float | None = None) -> None:
         with self._lock:
             self._published = free
+            self._alive = alive
+            if rtt_s is not None:
+                self._rtt_s = rtt_s
 
-    async def probe(self, url: URL, headers: dict[str, str], interval_s: float = 1.0) -> None:
-        """Read the server's published capacity until cancelled; stops if it publishes none."""
+    async def probe(self, realtime_url: URL, headers: dict[str, str], interval_s: float = 1.0) -> None:
+        """Read the server's capacity (``/healthz``, else vLLM-Omni's ``/health``) and round trip until cancelled."""
+        url = health_url(realtime_url)
         async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=interval_s * 2)) as http:
             while True:
+                started = time.monotonic()
                 try:
                     async with http.get(url) as response:
-                        text = await response.text() if response.status == 200 else ""
+                        status = response.status
+                        text = await response.text() if status == 200 else ""
                 except (aiohttp.ClientError, OSError, TimeoutError):
-                    self.published(None)  # unreachable just now: unknown, not full
+                    self.published(None)  # unreachable just now: unknown, not full (opens find out)
                 else:
+                    rtt_s = time.monotonic() - started
                     try:
                         data = json.loads(text)
                     except ValueError:
                         data = None
-                    if not (isinstance(data, dict) and isinstance(data.get("sessions"), int)
-                            and isinstance(data.get("max_sessions"), int)):
-                        log.info("%s publishes no session capacity; going by refusals", url)
-                        self.published(None)
-                        return
-                    self.published(max(0, data["max_sessions"] - data["sessions"]))
+                    if isinstance(data, dict) and isinstance(data.get("sessions"), int) \
+                            and isinstance(data.get("max_sessions"), int):
+                        self.published(max(0, data["max_sessions"] - data["sessions"]), rtt_s=rtt_s)
+                    elif url.path == "/healthz" and status in (404, 405):
+                        log.info("%s publishes no session capacity; reading vLLM-Omni's /health", url)
+                        url = health_url(realtime_url, "/health")
+                        continue
+                    else:  # vLLM-Omni's /health: 200 healthy, 503 when its engine is dead
+                        self.published(None, alive=status == 200, rtt_s=rtt_s)
                 await asyncio.sleep(interval_s)

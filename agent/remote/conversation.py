@@ -4,6 +4,13 @@ The reader decodes server events (and resumes the session after a dropped
 connection when the server supports it), the writer drains a bounded queue of
 outgoing messages, and the watchdog notices a server that stalls mid-response.
 Client events are translated per the server's capabilities on their way out.
+
+Under ``playback_commit_policy`` ``ack_only`` vLLM-Omni keeps a reply active until
+its playback is acknowledged, so a transport that never sends ``playback.ack``
+would get ``response_already_active`` on its next turn. This side therefore
+acknowledges every reply the transport has not: when its audio has had time to
+play out, or at once before the transport's next ``response.create`` or commit,
+with what the caller can have heard by then.
 """
 
 from __future__ import annotations
@@ -42,10 +49,31 @@ _TERMINAL_TYPES = frozenset({"session.expired", "session.replaced"})
 #: before its answer is the echo of the opening update, not a reply to the transport's.
 _OPENING_BARRIER = "evt_opening_barrier"
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
+#: ``event_id`` prefix of the acks this side sends for the transport; errors answering them stay here.
+_SELF_ACK = "evt_self_ack"
+#: After a reply's audio should have played out, how long to wait for the transport's own ack.
+_SELF_ACK_MARGIN_S = 0.5
+
+
+@dataclass(slots=True)
+class _Playback:
+    """A reply's audio as received, for acknowledging it when the transport does not."""
+
+    item_id: str
+    first_at: float
+    received_ms: float = 0.0
+    done: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+    def heard_ms(self, now: float) -> float:
+        """What a caller playing it in real time since it arrived can have heard by ``now``."""
+        return min(self.received_ms, 1000.0 * (now - self.first_at))
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteOptions:
+    #: The websocket handshake (TCP, TLS, HTTP upgrade).
+    connect_timeout_s: float = 5.0
     open_timeout_s: float = 10.0
     #: Input audio the outgoing queue may hold while the server is slow; older audio is dropped.
     max_queued_input_ms: float = 2000.0
@@ -63,6 +91,9 @@ class RemoteOptions:
     max_append_ms: float = 100.0
     #: Acknowledge received events every this many, so a resuming server can trim its journal.
     event_ack_every: int = 50
+    #: A resume whose connect is refused or times out gives up at once: the host is gone, and a
+    #: pool of backends moves the call to another instead of waiting out ``resume_window_s``.
+    resume_gives_up_unreachable: bool = False
 
 
 class _RecentIds:
@@ -117,7 +148,7 @@ class RemoteConversation:
         self._connected = asyncio.Event()
         self._connected.set()
         self._last_seq = last_seq
-        self._unacked = 0
+        self._events_unacked = 0
         self._last_event_at = time.monotonic()
         self._configured = False  # the transport's first session.update has been forwarded
         self._first_reply_pending = False
@@ -130,6 +161,9 @@ class RemoteConversation:
         self._last_response: str | None = None
         self._cut = _RecentIds()  # responses the edge stopped: their late audio is dropped
         self._ended_here = _RecentIds()  # responses this side ended: all their later events are dropped
+        self._unacked: dict[str, _Playback] = {}  # replies with audio that the transport has not acknowledged
+        self._ack_only = False  # the session's playback_commit_policy holds replies until they are acknowledged
+        self._self_acks = 0
         self._closing = False
         self._ended = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -169,6 +203,7 @@ class RemoteConversation:
         seq = data.get("server_event_seq")
         conversation = cls(connect, ws, remote, options, last_seq=seq if isinstance(seq, int) else 0,
                            on_close=on_close)
+        conversation._note_policy(session)
         if remote.extended:
             conversation._outgoing.put(Outgoing(json.dumps({"type": "session.heartbeat", "event_id": _OPENING_BARRIER})))
         conversation._start()
@@ -187,6 +222,11 @@ class RemoteConversation:
     @property
     def queued_input_ms(self) -> float:
         return self._outgoing.audio_ms
+
+    @property
+    def closed_here(self) -> bool:
+        """``close`` was called: the session ends because this side ended it."""
+        return self._close_reason is not None
 
     def send(self, event: p.ClientEvent) -> None:
         """Translate and queue a client event; never blocks."""
@@ -228,7 +268,12 @@ class RemoteConversation:
         if isinstance(event, p.SessionUpdate):
             return [self._session_update(event)]
         if isinstance(event, p.InputAudioBufferCommit):
-            return [*self._appends(self._encoder.flush()), (_wire(event), 0.0)]
+            commit = _wire(event)
+            if self.remote.extended and event.response_create is None:
+                commit["response_create"] = True  # vLLM-Omni's default is false: no reply would follow
+            return [*self._self_ack_all(), *self._appends(self._encoder.flush()), (commit, 0.0)]
+        if isinstance(event, p.ResponseCreate):
+            return [*self._self_ack_all(), (_wire(event), 0.0)]
         if isinstance(event, p.InputDtmf):
             # Our extension: answered here, never sent (vLLM-Omni would answer unknown_event).
             if event.digit not in DTMF_DIGITS:
@@ -269,6 +314,7 @@ class RemoteConversation:
                                   f"{sorted(SUPPORTED_RATES)}", event_id=event.event_id)
         self._encoder.configure(audio_format, rate)
         self._rates.configure(rate)
+        self._note_policy(update)
         if not self._configured:
             self._configured = self._first_reply_pending = True
         message = {"type": "session.update", "session": translate_session_update(update, self.remote)}
@@ -298,6 +344,7 @@ class RemoteConversation:
         response_id = event.response_id or self._last_response
         if response_id is None:
             return []
+        self._drop_unacked(response_id)  # the transport speaks for it: no ack from here
         item_id = event.item_id or self._items.get(response_id)
         if self._caps.supports_playback_ack:
             committed = event.played_ms if event.committed_ms is None else event.committed_ms
@@ -312,6 +359,63 @@ class RemoteConversation:
             return [({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
                       "audio_end_ms": event.played_ms}, 0.0)]
         return []
+
+    # ---- acknowledging playback for the transport ----
+
+    def _note_policy(self, session: dict[str, Any]) -> None:
+        policy = session.get("playback_commit_policy")
+        if isinstance(policy, str):  # vLLM-Omni takes any other value as commit_all_on_done
+            self._ack_only = policy.strip().lower() == "ack_only"
+
+    def _reply_heard(self, event: p.ResponseAudioDelta) -> None:
+        if not (self._ack_only and self._caps.supports_playback_ack):
+            return
+        playback = self._unacked.get(event.response_id)
+        if playback is None:
+            playback = self._unacked[event.response_id] = _Playback(event.item_id, time.monotonic())
+            while len(self._unacked) > 64:
+                self._drop_unacked(next(iter(self._unacked)))
+        playback.received_ms = max(playback.received_ms, event.audio_start_ms + event.audio_ms)
+
+    def _reply_ended(self, response_id: str) -> None:
+        """The reply is done: acknowledge it once its audio has had time to play, unless the transport does."""
+        playback = self._unacked.get(response_id)
+        if playback is None or playback.done:
+            return
+        playback.done = True
+        now = time.monotonic()
+        delay = max(0.0, playback.first_at + playback.received_ms / 1000.0 - now) + _SELF_ACK_MARGIN_S
+        playback.timer = asyncio.get_running_loop().call_later(delay, self._self_ack_later, response_id)
+
+    def _self_ack_later(self, response_id: str) -> None:
+        if self._closing or self._close_reason is not None or response_id not in self._unacked:
+            return
+        for message, audio_ms in self._self_ack(response_id):
+            self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms))
+
+    def _self_ack_all(self) -> list[tuple[dict[str, Any], float]]:
+        """Acks for every reply the transport left unacknowledged, before its next turn goes out."""
+        done = [response_id for response_id, playback in self._unacked.items() if playback.done]
+        return [message for response_id in done for message in self._self_ack(response_id)]
+
+    def _self_ack(self, response_id: str) -> list[tuple[dict[str, Any], float]]:
+        playback = self._drop_unacked(response_id)
+        if playback is None:
+            return []
+        heard = round(playback.heard_ms(time.monotonic()))
+        self._self_acks += 1
+        message: dict[str, Any] = {"type": "playback.ack", "event_id": f"{_SELF_ACK}_{self._self_acks}",
+                                   "response_id": response_id, "item_id": playback.item_id,
+                                   "played_ms": heard, "committed_ms": heard}
+        if (heard < playback.received_ms or response_id in self._cut) and self._caps.supports_truncation:
+            message["truncate"] = True
+        return [(message, 0.0)]
+
+    def _drop_unacked(self, response_id: str) -> _Playback | None:
+        playback = self._unacked.pop(response_id, None)
+        if playback is not None and playback.timer is not None:
+            playback.timer.cancel()
+        return playback
 
     async def _write(self) -> None:
         while True:
@@ -375,6 +479,10 @@ class RemoteConversation:
             return False
         if self._opening_echo_window and kind == "session.updated":
             return False  # the echo of the opening update
+        if str(_error_event_id(data) or "").startswith(_SELF_ACK):
+            log.info("session %s: the server refused an ack sent for the transport: %s", self.session_id,
+                     _error_code(data))
+            return False
         if kind == "session.closed" and self._close_reason is not None:
             self._spawn_shutdown(p.SessionClosed(self._close_reason))
             return True
@@ -415,32 +523,41 @@ class RemoteConversation:
                 self._items.pop(next(iter(self._items)))
         elif isinstance(event, p.ResponseAudioDelta):
             self._speaking = event.response_id
+            self._reply_heard(event)
         elif isinstance(event, p.ResponseDone | p.ResponseAudioDone) and response_id == self._speaking:
             self._speaking = None
+        if isinstance(event, p.ResponseDone):
+            self._reply_ended(event.response_id)
         self._emit(event)
 
     def _ack_events(self) -> None:
         """Tell a resumable vLLM-Omni server what arrived, so its replay journal stays short."""
         if not (self.remote.extended and self._caps.supports_resume):
             return
-        self._unacked += 1
-        if self._unacked >= self.options.event_ack_every:
-            self._unacked = 0
+        self._events_unacked += 1
+        if self._events_unacked >= self.options.event_ack_every:
+            self._events_unacked = 0
             self._outgoing.put(Outgoing(json.dumps({"type": "session.event_ack", "server_event_seq": self._last_seq})))
 
     async def _resume(self) -> bool:
         """Reattach to the session on a new socket; True when the server replays what we missed."""
-        delay = self.options.resume_backoff_s
+        backoff = self.options.resume_backoff_s
+        # In a pool the first try goes at once: a live host takes it, a dead one refuses it, and either
+        # way the caller's gap is shorter (a lone backend waits first, as vLLM-Omni's client does).
+        delay = 0.0 if self.options.resume_gives_up_unreachable else backoff
         give_up_at = time.monotonic() + self.options.resume_window_s
         attempt = 0
         while time.monotonic() + delay < give_up_at:
             attempt += 1
             await asyncio.sleep(delay)
-            delay = min(2 * delay, 2.0)
+            delay = min(2 * max(delay, backoff / 2), 2.0)
             try:
                 ws = await self._connect(resume=True)
             except AdmissionError as exc:
                 log.info("resume try %d: %s", attempt, exc)
+                if self.options.resume_gives_up_unreachable and exc.code in ("backend_unavailable",
+                                                                              "backend_timeout"):
+                    return False
                 continue
             request: dict[str, Any] = {"type": "session.resume", "session_id": self.remote.session_id,
                                        "resume_token": self.remote.resume_token,
@@ -520,6 +637,8 @@ class RemoteConversation:
             await self._ended.wait()
             return
         self._closing = True
+        for response_id in list(self._unacked):
+            self._drop_unacked(response_id)
         current = asyncio.current_task()
         others = [task for task in self._tasks if task is not current]
         for task in others:

@@ -28,11 +28,14 @@ log = logging.getLogger("duplex_agent.remote")
 #: Server events with no counterpart in our vocabulary; skipped quietly.
 IGNORED_TYPES = frozenset({
     "conversation.item.added", "conversation.item.created", "conversation.item.done",
-    "conversation.item.truncated", "conversation.item.deleted", "conversation.item.retrieved",
+    "conversation.item.truncated", "conversation.item.deleted",
     "response.output_item.added", "response.output_item.done", "response.content_part.added",
     "response.content_part.done", "rate_limits.updated", "playback.acknowledged", "overlap.decision",
-    "turn.event", "session.heartbeat_ack", "response.output_text.delta", "response.output_text.done",
+    "turn.event", "session.heartbeat_ack",
 })
+#: A text-only reply's events (``TextDelta`` / ``TextDone``), read as its transcript.
+_TEXT_TYPES = {"response.output_text.delta": "response.output_audio_transcript.delta",
+               "response.output_text.done": "response.output_audio_transcript.done"}
 _BETA_NAMES = {
     "response.audio.delta": "response.output_audio.delta",
     "response.audio.done": "response.output_audio.done",
@@ -51,6 +54,7 @@ class ServerMessageReader:
         self._held: tuple[p.ResponseAudioDelta, list[dict[str, Any]]] | None = None
         self._pending_marks: list[dict[str, Any]] = []  # the vLLM-Omni marks of the delta being read
         self._warned: set[str] = set()
+        self._spoken: set[str] = set()  # responses with an audio transcript: their text events repeat it
 
     def read(self, data: Any) -> list[p.ServerEvent]:
         """The typed events this message completes (an audio delta held for its words comes first)."""
@@ -79,6 +83,13 @@ class ServerMessageReader:
         kind = _BETA_NAMES.get(data.get("type"), data.get("type"))  # type: ignore[arg-type]
         if kind in IGNORED_TYPES:
             return None
+        if kind in _TEXT_TYPES:
+            data = _text_as_transcript(data)
+            if data is None or data["response_id"] in self._spoken:
+                return None
+            kind = _TEXT_TYPES[str(data["type"])]
+        elif kind == "response.output_audio_transcript.delta" and isinstance(data.get("response_id"), str):
+            self._spoken.add(data["response_id"])
         data = {**data, "type": kind}
         fill = _FILLERS.get(kind)  # type: ignore[arg-type]
         if fill is not None:
@@ -93,6 +104,7 @@ class ServerMessageReader:
         if isinstance(event, p.ResponseDone):
             self._audio_ms.pop(event.response_id, None)
             self._texts.pop(event.response_id, None)
+            self._spoken.discard(event.response_id)
         return event
 
     def _text(self, response_id: str) -> _ResponseText:
@@ -163,6 +175,17 @@ class _ResponseText:
         self.text = ""
         self.marked_chars = 0
         self.marked_ms = 0.0
+
+
+def _text_as_transcript(data: dict[str, Any]) -> dict[str, Any] | None:
+    """``response.output_text.delta/done`` ({delta} / {text}) in the transcript's fields; None when unusable."""
+    data = dict(data)
+    _response_ids(data)
+    if not isinstance(data.get("response_id"), str):
+        return None
+    if "text" in data and "transcript" not in data:
+        data["transcript"] = data.pop("text")
+    return data
 
 
 def _base64_bytes(text: str) -> int:

@@ -8,7 +8,12 @@ event it does not know gets ``unknown_event``, a bad session object gets
 
 Its model is model-native: after ``reply_after_ms`` of appended audio it answers with a
 response of ``reply_chunks`` 100 ms pcm16 deltas at 24 kHz (each with ``audio_text_marks`` and
-its transcript delta), barge-in cancels it, and ``playback.ack`` is acknowledged. Sessions are
+its transcript delta), or with text only (``text_only``: ``response.output_text.delta/done``);
+barge-in cancels it, and ``playback.ack`` is acknowledged. As in vLLM-Omni 0.30.0, a bare
+``input_audio_buffer.commit`` starts no response (``response_create`` defaults to false;
+``input.commit`` to true), and under ``playback_commit_policy`` ``ack_only`` a reply stays
+active until its playback is acknowledged: ``response.create`` meanwhile is
+``response_already_active``, and new speech only yields ``overlap.decision``. Sessions are
 resumable from a replay journal; ``overflow()`` makes the journal overflow as vLLM-Omni's does.
 """
 
@@ -87,6 +92,21 @@ class OmniSession:
         self.response: asyncio.Task[None] | None = None
         self.responses = 0
         self.played: dict[str, float] = {}
+        self.ack_only = False
+        self.unacked: str | None = None  # a finished reply whose playback is not acknowledged (ack_only)
+        self.items = 0
+
+    @property
+    def active(self) -> bool:
+        return self.response is not None or (self.ack_only and self.unacked is not None)
+
+    def configure(self, session: dict[str, Any]) -> None:
+        policy = session.get("playback_commit_policy")
+        if isinstance(policy, str):  # vLLM-Omni normalizes an unknown policy to commit_all_on_done
+            self.ack_only = policy.strip().lower() == "ack_only"
+
+    def start_reply(self) -> None:
+        self.response = asyncio.create_task(self.speak())
 
     async def send(self, event: dict[str, Any], *, journal: bool = True) -> None:
         if journal and self.journal is not None:
@@ -113,6 +133,9 @@ class OmniSession:
                                       "status_details": None, "output": []}})
         await self.send({"type": "response.speak", "response_id": response_id, "item_id": f"item_{response_id}",
                          "output_index": 0, "content_index": 0})
+        if self.fake.text_only:
+            await self.say_text(response_id)
+            return
         spoken = ""
         for n in range(self.fake.reply_chunks):
             word = WORDS[n % len(WORDS)]
@@ -131,13 +154,39 @@ class OmniSession:
             await asyncio.sleep(self.fake.chunk_pause_s)
         await self.send({"type": "response.output_audio.done", "response_id": response_id,
                          "item_id": f"item_{response_id}", "output_index": 0, "content_index": 0})
+        await self.finish(response_id)
+
+    async def say_text(self, response_id: str) -> None:
+        """A text-only reply, as 0.30.0's projection sends ``response.text.delta`` (``TextDelta`` / ``TextDone``)."""
+        common = {"response_id": response_id, "item_id": f"item_{response_id}", "output_index": 0,
+                  "content_index": 0}
+        words = WORDS[:self.fake.reply_chunks]
+        for n, word in enumerate(words):
+            await self.send({"type": "response.output_text.delta", **common, "delta": (" " if n else "") + word})
+            await asyncio.sleep(self.fake.chunk_pause_s)
+        await self.send({"type": "response.output_text.done", **common, "text": " ".join(words)})
+        await self.finish(response_id, audio=False)
+
+    async def finish(self, response_id: str, *, audio: bool = True) -> None:
         await self.send({"type": "response.done", "response_id": response_id,
                          "response": {"id": response_id, "object": "realtime.response", "status": "completed",
-                                      "status_details": None, "output": []}})
+                                      "status_details": {"type": "completed", "reason": "stop"}, "output": []}})
+        self.unacked = response_id if audio else None
         self.response = None
+
+    async def commit(self, data: dict[str, Any]) -> None:
+        create = data.get("response_create", data.get("create_response", data.get("type") == "input.commit"))
+        self.items += 1
+        item_id = f"item_user_{self.items}"
+        await self.send({"type": "input_audio_buffer.committed", "previous_item_id": None, "item_id": item_id,
+                         "event": {"type": "input.committed", "session_id": self.id, "realtime_item_id": item_id}})
+        self.heard_ms = 0.0
+        if create is True and not self.active:
+            self.start_reply()
 
     async def cancel(self, reason: str) -> None:
         task, self.response = self.response, None
+        self.unacked = None  # a cancel settles the reply's playback
         if task is None:
             return
         task.cancel()
@@ -161,6 +210,7 @@ class OmniSession:
                 await self.error("unsupported_turn_detection", problem, event_id)
             else:
                 self.fake.updates.append(session)
+                self.configure(session)
                 await self.send({"type": "session.updated", "session": {"id": self.id, **session}})
         elif kind == "input_audio_buffer.append":
             fmt = data.get("format", "pcm16")
@@ -175,9 +225,22 @@ class OmniSession:
             width = 4 if fmt == "pcm_f32le" else 1 if fmt.startswith("g711") else 2
             rate = data.get("sample_rate_hz", 16000)
             self.heard_ms += 1000.0 * len(raw) / width / rate
-            if self.heard_ms >= self.fake.reply_after_ms and self.response is None:
+            if self.heard_ms >= self.fake.reply_after_ms:
                 self.heard_ms = 0.0
-                self.response = asyncio.create_task(self.speak())
+                if not self.active:
+                    self.start_reply()
+                else:
+                    await self.send({"type": "overlap.decision", "session_id": self.id, "epoch": 0,
+                                     "policy": "listen_only", "action": "ignore", "reason": "assistant_active",
+                                     "metadata": {}})
+        elif kind in ("input_audio_buffer.commit", "input.commit"):
+            await self.commit(data)
+        elif kind == "response.create":
+            if self.active:
+                await self.error("response_already_active",
+                                 "response.create cannot start while another response is active.", event_id)
+            else:
+                self.start_reply()
         elif kind == "session.heartbeat":
             self.fake.heartbeats += 1
             await self.send({"type": "session.heartbeat_ack", "session_id": self.id})
@@ -193,6 +256,8 @@ class OmniSession:
                 await self.error("bad_event", "playback.ack requires numeric played_ms", event_id)
                 return False
             self.played[str(data.get("response_id"))] = float(data["played_ms"])
+            if data.get("response_id") in (None, self.unacked):
+                self.unacked = None
             await self.send({"type": "playback.acknowledged", "event": {
                 "type": "playback.acknowledged", "session_id": self.id, "played_ms": data["played_ms"]}})
         elif kind in ("session.close", "close", "close_session"):
@@ -205,8 +270,10 @@ class OmniSession:
 
 
 class FakeOmni:
-    def __init__(self, *, reply_after_ms: float = 600.0, reply_chunks: int = 10, chunk_pause_s: float = 0.02) -> None:
+    def __init__(self, *, reply_after_ms: float = 600.0, reply_chunks: int = 10, chunk_pause_s: float = 0.02,
+                 text_only: bool = False) -> None:
         self.reply_after_ms = reply_after_ms
+        self.text_only = text_only
         self.reply_chunks = reply_chunks
         self.chunk_pause_s = chunk_pause_s
         self.sessions: dict[str, OmniSession] = {}
@@ -283,6 +350,7 @@ class FakeOmni:
             await session.error("unsupported_turn_detection", problem, data.get("event_id"))
             return None
         self.updates.append(payload)
+        session.configure(payload)
         self.sessions[session.id] = session
         await session.send({"type": "session.created", "attachment_generation": 1, "resume_token": session.token,
                             "session": {"object": "realtime.session", "id": session.id,

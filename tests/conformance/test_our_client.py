@@ -99,3 +99,111 @@ async def test_a_whole_call_gets_no_error_from_a_vllm_omni_server(fake):
     starts = [(d.response_id, d.audio_start_ms) for d in deltas]
     assert len(starts) == len(set(starts))  # nothing replayed twice
     assert all(d.marks and d.marks[-1]["text"] for d in deltas)  # every chunk knows its words
+
+
+async def events_until(conversation, done: Callable[[p.ServerEvent], bool], seen: list[p.ServerEvent],
+                       timeout: float = 15.0) -> p.ServerEvent:
+    async def read() -> p.ServerEvent:
+        async for event in conversation.events():
+            seen.append(event)
+            if done(event):
+                return event
+        raise AssertionError(f"the conversation ended; seen {[e.type for e in seen][-12:]}")
+    return await asyncio.wait_for(read(), timeout)
+
+
+def speech(ms: float, rate: int = 16000) -> np.ndarray:
+    return (0.2 * np.sin(2 * np.pi * 220 * np.arange(int(rate * ms / 1000)) / rate)).astype(np.float32)
+
+
+def completed(event: p.ServerEvent) -> bool:
+    return isinstance(event, p.ResponseDone) and event.status == "completed"
+
+
+async def open_on(fake: FakeOmni, **session) -> tuple[RemoteBackend, object]:
+    backend = RemoteBackend(fake.url, session=session, options=RemoteOptions(resume_backoff_s=0.05))
+    conversation = await backend.open()
+    conversation.send(p.SessionUpdate({"input_sample_rate": 16000}))
+    return backend, conversation
+
+
+async def test_a_bare_commit_gets_a_reply_and_a_caller_that_never_acks_is_acknowledged_for():
+    fake = await FakeOmni(reply_after_ms=1e9, reply_chunks=3).start()  # replies only when asked
+    backend, conversation = await open_on(fake, playback_commit_policy="ack_only")
+    seen: list[p.ServerEvent] = []
+    try:
+        conversation.send(p.InputAudioBufferAppend(speech(300)))
+        conversation.send(p.InputAudioBufferCommit())  # as our transports send it: no response_create
+        first = await events_until(conversation, completed, seen)
+        # The transport never acknowledges; its next turn still gets a reply, not response_already_active.
+        conversation.send(p.InputAudioBufferAppend(speech(300)))
+        conversation.send(p.ResponseCreate())
+        second = await events_until(conversation, completed, seen)
+        assert second.response_id != first.response_id
+    finally:
+        await conversation.close()
+        await backend.close()
+        await fake.close()
+    assert fake.errors == [] and not [e for e in seen if isinstance(e, p.ErrorEvent)]
+    commit = next(m for m in fake.received if m["type"] == "input_audio_buffer.commit")
+    assert commit["response_create"] is True
+    kinds = [m["type"] for m in fake.received]
+    ack = next(m for m in fake.received if m["type"] == "playback.ack")
+    assert ack["response_id"] == first.response_id and kinds.index("playback.ack") < kinds.index("response.create")
+
+
+async def test_a_finished_reply_is_acknowledged_once_it_has_played_out_so_new_speech_is_a_turn():
+    fake = await FakeOmni(reply_after_ms=300, reply_chunks=3).start()  # model-native: speech starts replies
+    backend, conversation = await open_on(fake, playback_commit_policy="ack_only")
+    seen: list[p.ServerEvent] = []
+    try:
+        conversation.send(p.InputAudioBufferAppend(speech(400)))
+        first = await events_until(conversation, completed, seen)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 15
+        while not any(m["type"] == "playback.ack" for m in fake.received):  # its 300 ms have played out
+            assert loop.time() < end, "no playback.ack sent for the transport"
+            await asyncio.sleep(0.02)
+        conversation.send(p.InputAudioBufferAppend(speech(400)))
+        second = await events_until(conversation, completed, seen)
+        assert second.response_id != first.response_id
+    finally:
+        await conversation.close()
+        await backend.close()
+        await fake.close()
+    ack = next(m for m in fake.received if m["type"] == "playback.ack")
+    assert ack["played_ms"] == ack["committed_ms"] == 300 and "truncate" not in ack
+    assert fake.errors == []
+
+
+async def test_a_text_only_reply_reaches_the_transport_as_its_transcript():
+    fake = await FakeOmni(reply_after_ms=1e9, reply_chunks=4, text_only=True).start()
+    backend, conversation = await open_on(fake)
+    seen: list[p.ServerEvent] = []
+    try:
+        conversation.send(p.InputAudioBufferAppend(speech(300)))
+        conversation.send(p.InputAudioBufferCommit())
+        await events_until(conversation, completed, seen)
+    finally:
+        await conversation.close()
+        await backend.close()
+        await fake.close()
+    deltas = "".join(e.delta for e in seen if isinstance(e, p.ResponseTranscriptDelta))
+    [done] = [e for e in seen if isinstance(e, p.ResponseTranscriptDone)]
+    assert deltas == done.transcript == "the quick brown fox"
+
+
+async def test_under_commit_all_on_done_nothing_is_acknowledged_for_the_transport():
+    fake = await FakeOmni(reply_after_ms=1e9, reply_chunks=2).start()
+    backend, conversation = await open_on(fake)  # vLLM-Omni's default policy: replies end when done
+    seen: list[p.ServerEvent] = []
+    try:
+        for _ in range(2):
+            conversation.send(p.InputAudioBufferAppend(speech(300)))
+            conversation.send(p.ResponseCreate())
+            await events_until(conversation, completed, seen)
+    finally:
+        await conversation.close()
+        await backend.close()
+        await fake.close()
+    assert fake.errors == [] and "playback.ack" not in [m["type"] for m in fake.received]

@@ -148,7 +148,6 @@ BAD_INPUTS = [
     ({"type": "playback.ack", "played_ms": "soon"}, "bad_event", True),
     ({"type": "playback.ack", "played_ms": 10}, "playback_item_not_found", True),
     ({"type": "session.event_ack"}, "invalid_event_ack", True),
-    ({"type": "session.update", "session": {"playback_commit_policy": "sometimes"}}, "bad_event", True),
     ({"type": "session.update", "session": {"idle_timeout_s": -1}}, "bad_event", True),
     ({"type": "input.text.append", "text": "hi"}, "native_text_append_unsupported", True),
     ({"type": "session.event_ack", "server_event_seq": 10 ** 6}, "invalid_event_ack", True),

@@ -133,18 +133,31 @@ async def test_a_journal_overflow_is_told_once_and_the_live_session_goes_on(our_
     assert gap["type"] == "session.resync_required" and gap["reason"] == "journal_gap"
 
 
-async def test_a_client_that_closes_its_socket_itself_ends_the_session(our_server):
+@pytest.mark.parametrize("code", [1000, 1001])
+async def test_a_socket_the_client_closes_itself_keeps_the_session_for_a_resume(our_server, code):
+    """vLLM-Omni 0.30.0: any disconnect detaches (a browser reload closes with 1001, then resumes)."""
     _, new_client, _, backend = await our_server()
     client = new_client()
     await client.open(MANUAL)
-    assert backend.active_sessions == 1
+    await client.until("session.updated")
     assert client.ws is not None
-    await client.ws.close()  # close code 1000: hung up, not dropped
+    await client.ws.close(code=code)
+    second = new_client()
+    second.last_seq = client.last_seq
+    resumed = await resume(second, session_id=client.session_id, token=client.resume_token,
+                           last_seq=client.last_seq)
+    assert resumed["type"] == "session.resumed" and backend.active_sessions == 1
+    await ask(second)
+    done, _ = await second.until("response.done")
+    assert done["response"]["status"] == "completed"
+    # Only session.close ends a session at once.
+    await second.send({"type": "session.close"})
+    await second.until("session.closed")
     for _ in range(1000):
         if backend.active_sessions == 0:
             break
         await asyncio.sleep(0.01)
     assert backend.active_sessions == 0
-    gone = await resume(new_client(), session_id=client.session_id, token=client.resume_token,
-                        last_seq=client.last_seq)
+    gone = await resume(new_client(), session_id=client.session_id, token=second.resume_token,
+                        last_seq=second.last_seq)
     assert gone["error"]["code"] == "session_resume_expired"

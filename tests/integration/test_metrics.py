@@ -89,6 +89,9 @@ async def test_healthz_reports_status_and_session_counts(worker):
         await _receive(ws, "session.created")
         health = await _health(http)
         assert health["status"] == "ok" and health["sessions"] == 1 and health["max_sessions"] == 3
+        # Only session.close ends a session at once (a closed socket leaves it for a resume, as vLLM-Omni's).
+        await ws.send_str(json.dumps({"type": "session.close"}))
+        await _receive(ws, "session.closed")
 
     async def closed() -> bool:
         return (await _health(http))["sessions"] == 0

@@ -153,7 +153,8 @@ async def test_the_client_opens_with_model_and_key_and_reencodes_audio_in_whole_
     # vLLM-Omni refuses barge_in_on_speech without server VAD: the pair goes together.
     assert update == {"type": "session.update", "session": {"overlap_policy": "barge_in_on_speech",
                                                             "turn_detection": {"type": "server_vad"}}}
-    assert commit == {"type": "input_audio_buffer.commit"}
+    # vLLM-Omni's commit defaults response_create to false: the client asks for the reply it expects.
+    assert commit == {"type": "input_audio_buffer.commit", "response_create": True}
     sizes = [len(base64.b64decode(a["audio"])) // 2 for a in appends]  # pcm16 at 16 kHz
     assert sizes[:3] == [1600, 1600, 1600]  # 100 ms slices of MiniCPM-o's 1 s unit
     # The remainder goes with the commit (less the ~15 ms the resampler holds back).

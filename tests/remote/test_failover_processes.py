@@ -1,0 +1,233 @@
+"""A call that outlives its backend, with real parts: two ``duplex-agent serve`` backends (the scripted
+model) behind a front ``serve --backend A --backend B``, and a realtime-websocket caller on the front."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.conformance.omni_client import OmniClient, tone
+from tests.remote.serve_processes import Serve
+
+MANUAL = {"turn_detection": None}
+BACKEND_ARGS = ("--plugin", "scripted", "--drain-timeout", "2")
+
+
+@pytest.fixture
+async def serves(tmp_path):
+    started: list[Serve] = []
+
+    def start(*args: str) -> Serve:
+        started.append(Serve(tmp_path / f"serve{len(started)}.log", *args).start())
+        return started[-1]
+
+    yield start
+    for serve in reversed(started):
+        await serve.stop()
+    for serve in started:
+        print(f"--- {serve.log_path.name} (tail) ---\n{serve.log()[-3000:]}")
+
+
+@pytest.fixture
+async def clients():
+    made: list[OmniClient] = []
+
+    def make(url: str) -> OmniClient:
+        made.append(OmniClient(url))
+        return made[-1]
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+async def ask(client: OmniClient) -> None:
+    await client.append(tone(300))
+    await client.send({"type": "input_audio_buffer.commit"})
+
+
+async def answer_after(caller: OmniClient, earlier: str) -> tuple[dict, list[dict]]:
+    """The next reply completed after ``earlier`` (whose own end may come first), and what came on the way."""
+    seen: list[dict] = []
+    while True:
+        done, more = await caller.until("response.done", timeout=60)
+        seen += more
+        if done["response_id"] != earlier and done["response"]["status"] == "completed":
+            return done, seen
+
+
+async def in_use(*backends: Serve) -> Serve:
+    """The backend holding the front's one session."""
+    for _ in range(300):
+        for backend in backends:
+            if ((await backend.health()) or {}).get("sessions") == 1:
+                return backend
+        await asyncio.sleep(0.1)
+    raise AssertionError("no backend holds the session")
+
+
+async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve:
+    args = [arg for url in backends for arg in ("--backend", url)]
+    return await serves(*args, "--backend-connect-timeout", "1", "--backend-lost-grace", "5", "--drain-timeout", "2",
+                        *extra).ready()
+
+
+async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_the_other_with_the_history(
+        serves, clients):
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.url, b.url)
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    created, _ = await caller.until("response.created", timeout=30)
+    done, _ = await caller.until("response.done", timeout=30)
+    assert done["response"]["status"] == "completed"
+    await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
+    used = await in_use(a, b)
+    other = b if used is a else a
+    # The next answer starts playing, and its host dies.
+    await ask(caller)
+    playing, _ = await caller.until("response.created", timeout=30)
+    await caller.until("response.output_audio.delta", timeout=30)
+    used.kill()
+    await ask(caller)  # the caller asks again at once
+    answered, seen = await answer_after(caller, playing["response_id"])
+    assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+    assert ((await other.health()) or {}).get("sessions") == 1
+    # The history of the call is on the new backend: the first answer's item, as it was heard.
+    await caller.send({"type": "conversation.item.retrieve", "item_id": created["item_id"]})
+    retrieved, _ = await caller.until("conversation.item.retrieved", timeout=30)
+    assert "one two" in str(retrieved["item"]["content"])
+    assert "duplex_backend_failovers_total 1.0" in await front.metrics()
+
+
+class HostAddress:
+    """A backend's address in front of its process: forwards TCP, until it ``hangs``: then every
+    connection through it is dropped, and new ones are taken and never answered."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.hung = False
+        self.accepted_while_hung = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> HostAddress:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1/realtime?duplex=1"
+
+    def hang(self) -> None:
+        self.hung = True
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.hung:
+            self.accepted_while_hung += 1
+            self._writers.append(writer)  # taken, never answered
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except ConnectionError:
+                pass
+            finally:
+                sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self.hang()
+        self._server.close()
+
+
+async def test_a_host_that_takes_the_connection_and_never_answers_is_left_by_the_connect_timeout(serves, clients):
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS, "--max-sessions", "1")  # the call goes to a: more room
+    await a.ready()
+    await b.ready()
+    host = await HostAddress(a.port).start()
+    try:
+        front = await front_of(serves, host.url, b.url)
+        b_free = f'duplex_backend_free_sessions{{backend="{b.url.split("?")[0]}"}} 1.0'
+        for _ in range(300):  # the front has read b's figure
+            if b_free in await front.metrics():
+                break
+            await asyncio.sleep(0.1)
+        caller = clients(front.url)
+        await caller.open(MANUAL)
+        await ask(caller)
+        await caller.until("response.done", timeout=30)
+        assert ((await a.health()) or {}).get("sessions") == 1
+        host.hang()  # the call's connection drops; its host now takes connections and never answers
+        await ask(caller)
+        created, _ = await caller.until("response.created", timeout=60)
+        answered, seen = await caller.until("response.done", timeout=60)
+        assert answered["response_id"] == created["response_id"]
+        assert answered["response"]["status"] == "completed", seen
+        assert host.accepted_while_hung >= 1, "the front never tried the hung host"
+        assert ((await b.health()) or {}).get("sessions") == 1
+        assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+    finally:
+        await host.close()
+
+
+async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answered(serves, clients):
+    a, b = serves(*BACKEND_ARGS, "--max-sessions", "1"), serves(*BACKEND_ARGS, "--max-sessions", "1")
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.url, b.url)
+    for _ in range(2):
+        caller = clients(front.url)
+        await caller.open(MANUAL)
+    for backend in (a, b):
+        assert ((await backend.health()) or {}).get("sessions") == 1
+    late = await clients(front.url).connect()
+    await late.send({"type": "session.update", "event_id": "evt_late", "session": MANUAL})
+    refusal = await late.recv(timeout=30)
+    assert refusal["type"] == "error" and refusal["error"]["code"] == "resource_exhausted"
+    assert refusal["error"]["type"] == "rate_limit_error" and refusal["error"]["event_id"] == "evt_late"
+    with pytest.raises(ConnectionError):
+        await late.recv(timeout=10)
+
+
+async def test_a_backend_file_is_re_read_on_sighup(serves, clients, tmp_path):
+    import signal
+
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    listed = tmp_path / "backends"
+    listed.write_text(f"# the GPU hosts\n{a.url}\n")
+    front = await front_of(serves, f"@{listed}")
+    b_label = b.url.split("?")[0]
+    assert b_label not in await front.metrics()
+    listed.write_text(f"{a.url}\n{b.url}\n")
+    assert front.process is not None
+    front.process.send_signal(signal.SIGHUP)
+    for _ in range(300):
+        if f'duplex_backend_sessions{{backend="{b_label}"}}' in await front.metrics():
+            break
+        await asyncio.sleep(0.1)
+    assert f'duplex_backend_sessions{{backend="{b_label}"}}' in await front.metrics()
+    a.kill()  # the first host dies: calls now go to the one the file added
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    done, _ = await caller.until("response.done", timeout=60)
+    assert done["response"]["status"] == "completed"
+    assert ((await b.health()) or {}).get("sessions") == 1

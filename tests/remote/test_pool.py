@@ -1,0 +1,341 @@
+"""Several backends: placement by free sessions, cooldown, and a call that moves when its backend is lost.
+
+The backends are our own endpoint with the scripted model, in this process (one piece at a time);
+tests/remote/test_failover_processes.py runs the same with real ``duplex-agent serve`` processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from duplex_agent.agent import metrics
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import as_float32_audio
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.conversation import RemoteOptions
+from duplex_agent.agent.remote.pool import BackendList, BackendPool
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+
+OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
+
+
+def tone(ms: float, rate: int = 16000) -> np.ndarray:
+    return (0.3 * np.sin(np.arange(int(rate * ms / 1000)) / 4)).astype(np.float32)
+
+
+class Served:
+    """Our endpoint with the scripted model on a loopback port."""
+
+    def __init__(self, max_sessions: int, reply: str) -> None:
+        plugin = ScriptedPlugin(as_float32_audio, Script(reply=reply))
+        self.backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=max_sessions)
+        self.server = TestServer(build_app(self.backend, Settings(resume_grace_s=0), with_webrtc=False),
+                                 host="127.0.0.1")
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1)
+
+    async def start(self) -> Served:
+        await self.server.start_server()
+        return self
+
+    async def kill(self) -> None:
+        await self.server.close()
+        await self.backend.close()
+
+
+@pytest.fixture
+async def served():
+    made: list[Served] = []
+
+    async def make(max_sessions: int = 4, reply: str = "one two three four") -> Served:
+        made.append(await Served(max_sessions, reply).start())
+        return made[-1]
+
+    yield make
+    for server in made:
+        await server.kill()
+
+
+@pytest.fixture
+async def pools():
+    made: list[BackendPool] = []
+
+    async def make(spec: str, *, lost_grace_s: float = 10.0, sizes: dict[str, int] | None = None) -> BackendPool:
+        def remote(url: str) -> RemoteBackend:
+            return RemoteBackend(url, max_sessions=(sizes or {}).get(url, 4), options=OPTIONS)
+
+        pool = BackendPool(BackendList(spec), remote, lost_grace_s=lost_grace_s)
+        made.append(pool)
+        await pool.start()
+        return pool
+
+    yield make
+    for pool in made:
+        await pool.close()
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not check():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def collect(conversation, done: Callable[[p.ServerEvent], bool], seen: list[p.ServerEvent],
+                  timeout: float = 15.0) -> p.ServerEvent:
+    async def read() -> p.ServerEvent:
+        async for event in conversation.events():
+            seen.append(event)
+            if done(event):
+                return event
+        raise AssertionError(f"ended; seen {[e.type for e in seen][-10:]}")
+    return await asyncio.wait_for(read(), timeout)
+
+
+def ask(conversation) -> None:
+    conversation.send(p.InputAudioBufferAppend(tone(300)))
+    conversation.send(p.InputAudioBufferCommit())
+
+
+def completed(event: p.ServerEvent) -> bool:
+    return isinstance(event, p.ResponseDone) and event.status == "completed"
+
+
+def test_the_backend_list_is_the_flag_the_environment_or_a_file(tmp_path):
+    assert BackendList("ws://a/v1, ws://b/v1,ws://a/v1").urls() == ["ws://a/v1", "ws://b/v1"]
+    listed = tmp_path / "backends"
+    listed.write_text("# GPU hosts\nws://a/v1\n\nws://b/v1  # the spare\n")
+    assert BackendList(f"@{listed}").urls() == ["ws://a/v1", "ws://b/v1"]
+
+
+def test_repeated_backend_flags_join_like_the_environment():
+    import argparse
+
+    settings = Settings(backend="ws://env/v1")
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser)
+    assert parser.parse_args([]).backend == "ws://env/v1"
+    args = parser.parse_args(["--backend", "ws://a/v1", "--backend", "ws://b/v1"])
+    assert BackendList(args.backend).urls() == ["ws://a/v1", "ws://b/v1"]
+
+
+async def test_each_new_call_goes_to_the_backend_with_the_most_free_sessions(served, pools):
+    small, large = await served(max_sessions=1), await served(max_sessions=3)
+    pool = await pools(f"{small.url},{large.url}")
+    members = {m.spec: m for m in pool.members}
+    await until(lambda: all(m.backend.server_free_sessions is not None for m in members.values()), "probes")
+    first = await pool.open()
+    assert first.backend_url == members[large.url].url  # 3 free beats 1
+    await until(lambda: members[large.url].backend.server_free_sessions == 2, "the large one's new figure")
+    await until(lambda: pool.server_free_sessions == 3, "the pool's figure")  # 1 + 2
+    second = await pool.open()
+    assert second.backend_url == members[large.url].url  # 2 free beats 1
+    await until(lambda: members[large.url].backend.server_free_sessions == 1, "the large one's figure")
+    rtts = {url: members[url].rtt_s() for url in members}
+    third = await pool.open()
+    # 1 free each: the shorter round trip wins.
+    assert third.backend_url == members[min(rtts, key=rtts.get)].url
+    await until(lambda: pool.server_free_sessions == 1, "the pool's last free session")
+    fourth = await pool.open()
+    assert fourth.backend_url != third.backend_url
+    await until(lambda: pool.server_free_sessions == 0, "a full pool")
+    with pytest.raises(AdmissionError) as refused:
+        await pool.open()
+    assert refused.value.code == "resource_exhausted"
+    text = metrics.render().decode()
+    assert f'duplex_backend_sessions{{backend="{members[large.url].url}"}}' in text
+    assert "duplex_backend_rtt_ms" in text and "duplex_backend_refusals_total" in text
+    for conversation in (first, second, third, fourth):
+        await conversation.close()
+
+
+async def test_a_refusing_backend_is_cooled_down_and_the_call_goes_to_another(served, pools):
+    async def full(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="all sessions are in use")
+
+    app = web.Application()
+    app.router.add_get("/v1/realtime", full)
+    refusing = TestServer(app, host="127.0.0.1")
+    await refusing.start_server()
+    refusing_url = str(refusing.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1)
+    spare = await served()
+    try:
+        pool = await pools(f"{refusing_url},{spare.url}", sizes={refusing_url: 8})
+        member = next(m for m in pool.members if m.spec == refusing_url)
+        assert member.cooling(time.monotonic()) and member.failures == 1
+        assert metrics.BACKEND_REFUSALS.labels(member.url)._value.get() >= 1
+        conversation = await pool.open()
+        assert conversation.backend_url != member.url
+        await conversation.close()
+        # Still refusing once cooled down: the next cooldown is longer.
+        await until(lambda: member.failures >= 2, "a second try", timeout=20)
+        assert member.cool_until - time.monotonic() > 1.0
+    finally:
+        await refusing.close()
+
+
+async def test_a_call_moves_to_another_backend_when_its_own_is_lost_and_keeps_its_history(served, pools):
+    first, second = await served(reply="first answer"), await served(reply="second answer")
+    pool = await pools(f"{first.url},{second.url}")
+    conversation = await pool.open()
+    seen: list[p.ServerEvent] = []
+    conversation.send(p.SessionUpdate({"turn_detection": None}))
+    ask(conversation)
+    answer = await collect(conversation, completed, seen)
+    heard_item = next(e.item_id for e in seen if isinstance(e, p.ResponseCreated))
+    conversation.send(p.PlaybackAck(played_ms=10_000, response_id=answer.response_id))
+    lost = first if conversation.backend_url.startswith(first.url.split("/v1")[0]) else second
+    await lost.kill()
+    # The caller asks again right away; the answer comes from the other backend.
+    ask(conversation)
+    again = await collect(conversation, completed, seen)
+    assert conversation.moves == 1 and again.response_id != answer.response_id
+    assert not [e for e in seen if isinstance(e, p.ErrorEvent | p.SessionClosed)]
+    # The conversation's history is there: the item of the first answer, by its id, on the new backend.
+    conversation.send(p.ConversationItemRetrieve(heard_item))
+    retrieved = await collect(conversation, lambda e: isinstance(e, p.ConversationItemRetrieved), seen)
+    expected = "first answer" if lost is first else "second answer"
+    assert expected in str(retrieved.item)
+    await conversation.close()
+
+
+async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_the_grace(served, pools):
+    only, other = await served(), await served()
+    pool = await pools(f"{only.url},{other.url}", lost_grace_s=1.0)
+    conversation = await pool.open()
+    seen: list[p.ServerEvent] = []
+    conversation.send(p.SessionUpdate({"turn_detection": None}))
+    ask(conversation)
+    await collect(conversation, completed, seen)
+    await only.kill()
+    await other.kill()
+    error = await collect(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    assert error.code == "backend_unavailable"
+    closed = await collect(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    assert closed.reason == "backend_lost"
+
+
+async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_over(served, pools, tmp_path):
+    silent_sockets: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent_sockets.append(writer)
+
+    hang = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    hang_url = f"ws://127.0.0.1:{hang.sockets[0].getsockname()[1]}/v1/realtime?duplex=1"
+    good = await served()
+    listed = tmp_path / "backends"
+    listed.write_text(good.url + "\n")
+    pool = await pools(f"@{listed}", sizes={hang_url: 8})
+    try:
+        listed.write_text(f"{hang_url}\n{good.url}\n")  # a new host joins, and hangs
+        await pool.reload()
+        assert pool.urls[-1].startswith(hang_url.split("?")[0])
+        conversation = await asyncio.wait_for(pool.open(), 15)
+        hung = next(m for m in pool.members if m.spec == hang_url)
+        assert conversation.backend_url != hung.url
+        await until(lambda: hung.failures >= 1, "the hung backend counted as failed")
+        await conversation.close()
+        # Removed from the file, it takes nothing more.
+        listed.write_text(good.url + "\n")
+        await pool.reload()
+        assert pool.urls == [next(m for m in pool.members if m.spec == good.url).url]
+    finally:
+        hang.close()
+        for writer in silent_sockets:
+            writer.close()
+
+
+async def test_closing_the_pool_ends_its_calls_with_shutdown_not_a_move(served, pools):
+    await served()
+    other = await served()
+    pool = await pools(f"{(await served()).url},{other.url}")
+    conversation = await pool.open()
+    seen: list[p.ServerEvent] = []
+    await pool.close()
+    closed = await collect(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    assert closed.reason == "shutdown" and conversation.moves == 0
+    assert not [e for e in seen if isinstance(e, p.ErrorEvent)]
+
+
+async def test_a_livekit_worker_on_a_pool_reports_the_pools_free_capacity(served, pools):
+    from duplex_agent.agent.app.livekit_worker import worker_load
+
+    one, two = await served(max_sessions=1), await served(max_sessions=1)
+    pool = await pools(f"{one.url},{two.url}")
+    await until(lambda: pool.server_free_sessions == 2, "both backends' figures")
+    assert worker_load(pool, [], 4) == 0.5  # 4 call slots here, 2 sessions left behind them
+    calls = [await pool.open(), await pool.open()]
+    await until(lambda: pool.server_free_sessions == 0, "a full pool")
+    assert worker_load(pool, calls, 4) == 1.0  # full: LiveKit sends this worker no more jobs
+    for conversation in calls:
+        await conversation.close()
+
+
+async def test_vllm_omnis_health_is_read_when_there_is_no_healthz():
+    """vLLM-Omni serves /health (200 healthy, 503 when its engine is dead) and no /healthz."""
+    from yarl import URL
+
+    from duplex_agent.agent.remote.capacity import ServerCapacity
+
+    state = {"status": 200}
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "healthy" if state["status"] == 200 else "unhealthy"},
+                                 status=state["status"])
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    capacity = ServerCapacity()
+    probe = asyncio.create_task(capacity.probe(URL(str(server.make_url("/v1/realtime?duplex=1"))), {},
+                                               interval_s=0.05))
+    try:
+        await until(lambda: capacity.rtt_s is not None, "a probe through /health")
+        assert capacity.alive and capacity.free_sessions is None  # alive, capacity unknown
+        state["status"] = 503
+        await until(lambda: not capacity.alive, "the dead engine seen")
+        assert capacity.free_sessions == 0
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+        await server.close()
+
+
+def test_the_history_a_new_backend_gets_is_what_the_caller_heard():
+    from duplex_agent.agent.remote.failover import HeardHistory
+
+    history = HeardHistory()
+    history.server_event(p.InputAudioBufferCommitted("item_u1"))
+    history.server_event(p.ResponseCreated("resp_1", "item_a1"))
+    history.server_event(p.InputTranscriptionCompleted("item_u1", " what is on tonight "))
+    for n, word in enumerate(("a", "film", "at", "nine")):
+        history.server_event(p.ResponseAudioDelta("resp_1", "item_a1", np.zeros(2400, np.float32), 24000,
+                                                  100.0 * n, 100.0, [{"text": word, "start_ms": 100.0 * n,
+                                                                      "end_ms": 100.0 * (n + 1)}]))
+        history.server_event(p.ResponseTranscriptDelta("resp_1", "item_a1", word + " "))
+    history.server_event(p.ResponseDone("resp_1", "completed"))
+    history.client_event(p.PlaybackAck(played_ms=200.0, response_id="resp_1", truncate=True))  # cut off
+    assert history.items() == [
+        {"id": "item_u1", "type": "message", "role": "user", "content": [{"type": "input_text",
+                                                                          "text": "what is on tonight"}]},
+        {"id": "item_a1", "type": "message", "role": "assistant", "content": [{"type": "text",
+                                                                               "text": "a film"}]},
+    ]
+    history.server_event(p.ConversationItemDeleted("item_u1"))
+    assert [item["id"] for item in history.items()] == ["item_a1"]
