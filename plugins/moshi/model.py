@@ -209,7 +209,7 @@ def load_models(spec: MoshiSpec) -> MoshiModels:
         import torch
         from moshi.models import loaders
     except ImportError as exc:
-        raise ModelStartError(f"the moshi package is not installed ({exc}); see the README, 'Serving Moshi'") from exc
+        raise ModelStartError(f"the moshi package is not installed ({exc}); run `make install-moshi` (docs/architecture.md, 'Moshi')") from exc
     device = resolve_device(spec.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     random_weights = spec.config in ("tiny", "7b-random")
