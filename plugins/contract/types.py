@@ -32,6 +32,8 @@ class DuplexCapabilities:
     supports_resume: bool = False
     #: The model decides itself what overlapping speech means (backchannels).
     handles_overlap: bool = False
+    #: The weights are random (a test or demo model): what it says means nothing, and the page says so.
+    random_weights: bool = False
 
     @property
     def unit_ms(self) -> float:

@@ -110,7 +110,7 @@ class MoshiPlugin(DuplexModelPlugin):
         return DuplexCapabilities(
             plugin_id=self.plugin_id, input_sample_rate=SAMPLE_RATE, unit_samples=FRAME_SAMPLES,
             output_sample_rate=SAMPLE_RATE, max_sessions=max_sessions, input_mode="continuous",
-            handles_overlap=True,
+            handles_overlap=True, random_weights=self.spec.random_weights,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:
