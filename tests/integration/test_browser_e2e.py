@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from aiohttp.test_utils import TestClient, TestServer
 
 from devtools.speech import speak, write_wav
