@@ -65,10 +65,11 @@ class DuplexSessionConfig:
 
 @dataclass(frozen=True, slots=True)
 class DuplexFence:
-    """The (epoch, turn) a piece of work was started under.
+    """The epoch (and, for the record, the turn) a piece of work was started under.
 
-    The epoch advances on every cancel, clear and barge-in; work whose fence no
-    longer matches the session's is stale and its results are dropped.
+    The epoch advances on every cancel, clear and barge-in; work started in another
+    epoch is stale and its results are dropped. Only the epoch decides (``admits``):
+    ``turn_id`` travels with the work for the plugin and the logs.
     """
 
     epoch: int
