@@ -126,3 +126,15 @@ def test_a_third_party_plugin_declares_an_option_that_reaches_it(tmp_path, free_
     output = "".join(lines) + rest
     assert "greeter configured: greeting='good evening' max_sessions=2" in output, output
     assert worker.returncode == 0, output
+
+
+@pytest.mark.parametrize("command", ["start", "dev"])
+def test_start_without_the_livekit_extra_names_the_install_command(command):
+    """A venv without the livekit packages (pip install duplex-agent, no extra): one line, exit 2."""
+    code = ("import sys; sys.modules['livekit'] = None; from duplex_agent.agent.app.cli import main; "
+            f"sys.exit(main(['{command}', '--plugin', 'scripted']))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    (line,) = [text for text in run.stderr.splitlines() if text.startswith("duplex-agent:")]
+    assert f"{command} needs the livekit extra" in line and "pip install 'duplex-agent[livekit]'" in line
