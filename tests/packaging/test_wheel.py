@@ -52,6 +52,8 @@ def test_installed_worker_serves_page_and_bundle_beside_a_users_agent_py(install
             assert response.status == 200 and len(response.read()) == BUNDLE.stat().st_size
         with urllib.request.urlopen(base + "/", timeout=10) as response:
             assert b"<html" in response.read().lower()
+        with urllib.request.urlopen(base + "/favicon.ico", timeout=10) as response:  # no 404 in the console
+            assert response.status == 200 and b"<svg" in response.read()
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
