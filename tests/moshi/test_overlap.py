@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 async def _call(policy: str):
-    backend = build_backend(Settings(plugin="moshi", plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"), max_sessions=1))
+    backend = build_backend(Settings(plugin="moshi", max_sessions=1,
+                                     plugin_options=MoshiOptions(moshi_config="tiny", device="cpu")))
     conversation = await backend.open()
     events: list = []
     path = CallAudioPath(conversation, overlap_policy=policy, vad_model=SileroVadModel.shared(),

@@ -22,7 +22,8 @@ SECONDS_HEARD = 4.0
 @pytest.fixture
 async def moshi_worker():
     address = interface_ipv4()
-    settings = Settings(plugin="moshi", plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"), max_sessions=2, ice_address=address)
+    settings = Settings(plugin="moshi", max_sessions=2, ice_address=address,
+                        plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"))
     backend = build_backend(settings)
     app = build_app(backend, settings)
     client = TestClient(TestServer(app, host="127.0.0.1"))
