@@ -45,7 +45,6 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                               "interface; aiortc skips 127.0.0.1)"),
     "opus_bitrate": SettingFlag(NETWORK, PAGE, "bits per second of the agent's voice to direct WebRTC peers "
                                                "(mono Opus, in-band FEC)"),
-    # On main since rxbuf: listed here so that it shows under "network" once merged.
     "receive_buffer": SettingFlag(NETWORK, PAGE, "the caller's receive buffer on direct WebRTC peers: adaptive "
                                                  "(jitter-following delay, Opus FEC, concealment) or aiortc's own",
                                   ("adaptive", "aiortc")),
