@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ def flags(text: str) -> set[str]:
     return set(re.findall(r"--[a-z][a-z0-9-]+", text))
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_run_installs_the_extras_start_and_dev_import():
     steps = subprocess.run(["make", "-n", "-B", "run", "VENV=/nonexistent/venv"], cwd=ROOT, capture_output=True,
                            text=True, timeout=60, check=True).stdout
