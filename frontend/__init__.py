@@ -15,7 +15,8 @@ from pathlib import Path
 from aiohttp import web
 
 STATIC_DIR = Path(__file__).parent
-_FILES = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css"}
+_FILES = {"/": "index.html", "/app.js": "app.js", "/style.css": "style.css",
+          "/favicon.svg": "favicon.svg", "/favicon.ico": "favicon.svg"}  # browsers ask for /favicon.ico
 LIVEKIT_CLIENT_ROUTE = "/vendor/livekit-client.umd.js"
 LIVEKIT_CLIENT_CANDIDATES = (
     STATIC_DIR / "vendor" / "livekit-client.umd.js",

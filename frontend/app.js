@@ -18,7 +18,8 @@ const ui = {
   audio: $("agent-audio"), enableAudio: $("enable-audio"),
   modeDirect: $("mode-direct"), modeLiveKit: $("mode-livekit"), lkFields: $("livekit-fields"),
   lkUrl: $("lk-url"), lkToken: $("lk-token"), lkTokenInfo: $("lk-token-info"), lkDev: $("lk-dev"),
-  lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"), notice: $("notice"),
+  lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"), notice: $("notice"), modelNotice: $("model-notice"),
+  whyTurn: $("why-turn"), whyBarge: $("why-barge"), whyRtt: $("why-rtt"),
 };
 
 // The call in progress: {kind: "direct", pc, channel, ...} or {kind: "livekit", room, ...};
@@ -101,26 +102,52 @@ function setAgentState(state) {
 
 function formatMs(value) { return value == null ? "–" : Math.round(value) + " ms"; }
 
+/** A figure, or "–" with the reason it is empty shown under it. */
+function showFigure(element, why, value) {
+  element.textContent = formatMs(value);
+  why.hidden = value != null;
+}
+
+function showTurnFigures(turnMs, bargeInMs) {
+  showFigure(ui.turn, ui.whyTurn, turnMs);
+  showFigure(ui.barge, ui.whyBarge, bargeInMs);
+}
+
+function showRtt(value) { showFigure(ui.rtt, ui.whyRtt, value); }
+
+/** The model's capabilities (session.created): say so when its weights are random. */
+function showModel(capabilities) {
+  ui.modelNotice.hidden = !(capabilities && capabilities.random_weights);
+}
+
 // ---- transcript ----
 
-const agentLines = new Map(); // response_id -> <li>
+const agentLines = new Map(); // response_id -> the line's text <span>
+const SPEAKERS = {user: "You", agent: "Agent"};
 
+/** A transcript line labelled with its speaker; returns the <span> that holds its text. */
 function addLine(who, text) {
   const li = document.createElement("li");
   li.className = who;
-  li.textContent = text;
+  const speaker = document.createElement("span");
+  speaker.className = "speaker";
+  speaker.textContent = SPEAKERS[who];
+  const words = document.createElement("span");
+  words.className = "text";
+  words.textContent = text;
+  li.append(speaker, words);
   ui.transcript.appendChild(li);
   li.scrollIntoView({block: "nearest"});
-  return li;
+  return words;
 }
 
 function agentLine(responseId) {
-  let li = agentLines.get(responseId);
-  if (!li) {
-    li = addLine("agent", "");
-    agentLines.set(responseId, li);
+  let words = agentLines.get(responseId);
+  if (!words) {
+    words = addLine("agent", "");
+    agentLines.set(responseId, words);
   }
-  return li;
+  return words;
 }
 
 // ---- server events ----
@@ -143,12 +170,14 @@ function onServerMessage(message) {
       break;
     case "response.done":
       if (event.status === "cancelled" && agentLines.has(event.response_id)) {
-        agentLines.get(event.response_id).classList.add("interrupted");
+        agentLines.get(event.response_id).parentElement.classList.add("interrupted");
       }
       break;
+    case "session.created": case "session.updated":
+      showModel(event.session && event.session.capabilities);
+      break;
     case "metrics":
-      ui.turn.textContent = formatMs(event.latency.turn_ms.last);
-      ui.barge.textContent = formatMs(event.latency.barge_in_ms.last);
+      showTurnFigures(event.latency.turn_ms.last, event.latency.barge_in_ms.last);
       showDefinitions(event.definitions || {});
       break;
     case "session.closed": setStatus("The agent ended the call"); break;
@@ -256,7 +285,7 @@ async function connect() {
   call = {kind: "direct", stream, timers: []};
   call.audioContext = startLevelMeter(stream);
   call.timers.push(setInterval(async () => {
-    if (call && call.pc) ui.rtt.textContent = formatMs(await readRtt(call.pc));
+    if (call && call.pc) showRtt(await readRtt(call.pc));
   }, 1000));
   setStatus("Connecting…");
   try {
@@ -332,7 +361,8 @@ function disconnect(statusText) {
   ui.level.style.width = "0%";
   ui.audio.srcObject = null;
   ui.enableAudio.hidden = true;
-  ui.rtt.textContent = formatMs(null);
+  showRtt(null);
+  ui.modelNotice.hidden = true;
   setAgentState("idle");
   setStatus(statusText);
   ui.connect.textContent = "Connect";
@@ -505,6 +535,8 @@ ui.lkToken.addEventListener("input", describeToken);
 
 const TRANSCRIPTION_TOPIC = "lk.transcription";
 const AGENT_STATE = "lk.agent.state";
+// Set by the worker beside its state: what the Direct mode's data channel carries.
+const RANDOM_WEIGHTS = "duplex.random_weights", TURN_MS = "duplex.turn_ms", BARGE_IN_MS = "duplex.barge_in_ms";
 
 function describeLiveKitError(LK, err, url) {
   if (err && err.name === "ConnectionError") {
@@ -558,7 +590,11 @@ function showLiveKitAgent(session) {
     setStatus("Connected; waiting for the agent to join");
     return;
   }
-  setAgentState((agent.attributes && agent.attributes[AGENT_STATE]) || "idle");
+  const attributes = agent.attributes || {};
+  setAgentState(attributes[AGENT_STATE] || "idle");
+  showModel({random_weights: attributes[RANDOM_WEIGHTS] === "true"});
+  const figure = (name) => (attributes[name] ? Number(attributes[name]) : null);
+  showTurnFigures(figure(TURN_MS), figure(BARGE_IN_MS));
   setStatus("Connected");
 }
 
@@ -576,24 +612,25 @@ async function onTranscription(session, reader, senderIdentity) {
   const segment = attributes["lk.segment_id"] || reader.info.id;
   const final = attributes["lk.transcription_final"] === "true";
   const key = who + ":" + segment;
-  let li = session.segments.get(key);
-  if (!li) {
-    li = addLine(who, "");
-    session.segments.set(key, li);
+  let words = session.segments.get(key);
+  if (!words) {
+    words = addLine(who, "");
+    session.segments.set(key, words);
   }
+  const li = words.parentElement;
   if (final) {
     const text = await reader.readAll();
     if (call !== session) return;
     li.dataset.final = "true";
     li.classList.remove("interim");
-    li.textContent = text;
+    words.textContent = text;
     if (!text.trim()) li.remove();
     return;
   }
   li.classList.add("interim");
   for await (const chunk of reader) {
     if (call !== session || li.dataset.final) return;
-    li.textContent += chunk;
+    words.textContent += chunk;
     li.scrollIntoView({block: "nearest"});
   }
 }
@@ -670,7 +707,7 @@ async function connectLiveKit() {
     session.timers.push(setInterval(async () => {
       const track = publication.track;
       const rtt = track ? rttOf(await track.getRTCStatsReport().catch(() => null)) : null;
-      if (call === session) ui.rtt.textContent = formatMs(rtt);
+      if (call === session) showRtt(rtt);
     }, 1000));
     room.startAudio().catch(() => {});
     ui.enableAudio.hidden = room.canPlaybackAudio;

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 
-from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.app.settings import Settings, read_environment
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.plugins.contract import DuplexModelPlugin
 
 log = logging.getLogger("duplex_agent")
 
@@ -43,9 +45,7 @@ def build_backend(settings: Settings) -> DuplexBackend:
 
     log.info("loading plugin %s", settings.plugin_path)
     plugin = load_duplex_plugin(settings.plugin_path, as_float32_audio)
-    configure = getattr(plugin, "configure_from_settings", None)
-    if configure is not None:
-        configure(settings)
+    plugin.configure(plugin_options(plugin, settings), max_sessions=settings.max_sessions)
     engine = plugin.build_local_engine()
     if hasattr(engine, "on_overrun"):  # a frame-clocked engine counts the steps that overran their frame
         from duplex_agent.agent.metrics import FRAME_OVERRUNS
@@ -58,6 +58,21 @@ def build_backend(settings: Settings) -> DuplexBackend:
         log.info("loading the end-of-turn model")  # here, not in the first session's loop
         EndOfTurnModel.shared()
     return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
+
+
+def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | None:
+    """The plugin's options: those the settings carry (the CLI's flags), else read from the environment."""
+    options_type = plugin.options_type
+    if options_type is None:
+        return None
+    if settings.plugin_options is None:
+        options = options_type()
+        read_environment(options, os.environ)
+        return options
+    if not isinstance(settings.plugin_options, options_type):
+        raise ValueError(f"the settings carry {type(settings.plugin_options).__name__} options, but the plugin "
+                         f"{plugin.plugin_id!r} takes {options_type.__name__}")
+    return settings.plugin_options
 
 
 async def start_backend(settings: Settings) -> DuplexBackend:

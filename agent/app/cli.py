@@ -6,12 +6,23 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import os
 import sys
 
 from duplex_agent.agent.app.bootstrap import start_backend
-from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.app.flags import (
+    DEV,
+    MODEL_COMMANDS,
+    SERVE,
+    START,
+    TOKEN,
+    add_setting_arguments,
+    read_options,
+)
+from duplex_agent.agent.app.settings import Settings, read_environment
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
+from duplex_agent.plugins.contract import duplex_plugin_type
 
 log = logging.getLogger("duplex_agent")
 
@@ -91,37 +102,93 @@ def print_token(settings: Settings, ttl_s: float | None) -> int:
     return 0
 
 
+COMMANDS = {
+    SERVE: "serve the page, WebRTC and the realtime websocket on one port (the embedded default)",
+    START: "run as a LiveKit worker (production): take jobs dispatched to --agent-name",
+    DEV: "run as a LiveKit worker (development): verbose, and serve the page, which gets room tokens from it",
+    TOKEN: "print a short-lived session token and page links carrying it (reads the key from the environment)",
+}
+EXAMPLES = """\
+examples:
+  duplex-agent serve                                  the page on http://127.0.0.1:8080/ (replies by echo)
+  duplex-agent serve --responder openai --openai-base-url http://127.0.0.1:8000/v1 --openai-model M
+  duplex-agent serve --plugin moshi --moshi-config tiny --device cpu   Moshi with random weights (a demo)
+  duplex-agent dev --livekit-url ws://127.0.0.1:7880  LiveKit (make livekit-dev starts a local server too)
+  duplex-agent SUBCOMMAND --help                      that subcommand's options"""
+
+
+class PluginOptions:
+    """The chosen plugin's option declaration, read before the parser is built (so --help shows it)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.values: object | None = None
+        self.error = ""
+        try:
+            options_type = duplex_plugin_type(settings.plugin_path).options_type
+        except (ValueError, TypeError) as exc:
+            self.error = str(exc)
+            return
+        if options_type is not None:
+            self.values = options_type()
+            read_environment(self.values, os.environ)
+
+
+def chosen_plugin(argv: list[str] | None, settings: Settings) -> str:
+    """--plugin as the command line gives it (anywhere in it), else the setting's."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", default=settings.plugin)
+    return pre.parse_known_args(argv)[0].plugin
+
+
+def build_parser(settings: Settings, plugin: PluginOptions) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="duplex-agent", description=__doc__, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,start,dev,token}")
+    for name, text in COMMANDS.items():
+        model = name in MODEL_COMMANDS
+        command = commands.add_parser(name, help=text, description=text, usage=f"duplex-agent {name} [options]",
+                                      epilog=f"note: {plugin.error}" if plugin.error and model else None)
+        add_setting_arguments(command, settings, name, plugin_title=f"model: the options of --plugin {settings.plugin}",
+                              plugin_options=plugin.values if model else None)
+        if name == TOKEN:
+            command.add_argument("--ttl", type=float, default=None,
+                                 help="seconds this token opens sessions for (default: --token-ttl; at most 24 h); "
+                                      "a session opened in time runs on")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
-    parser = argparse.ArgumentParser(prog="duplex-agent", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("serve", "serve the page, WebRTC and the realtime websocket on one port"),
-                       ("start", "run as a LiveKit worker (production)"),
-                       ("dev", "run as a LiveKit worker (development: verbose, mints tokens for the page)"),
-                       ("token", "print a short-lived session token and page links carrying it")):
-        command = commands.add_parser(name, help=text)
-        settings.add_arguments(command)
-        if name == "token":
-            command.add_argument("--ttl", type=float, default=None, help="lifetime in seconds (default: --token-ttl)")
-    args = parser.parse_args(argv)
+    settings.plugin = chosen_plugin(argv, settings)
+    plugin = PluginOptions(settings)
+    args = build_parser(settings, plugin).parse_args(argv)
     settings.apply(args)
+    if plugin.values is not None:
+        settings.plugin_options = read_options(plugin.values, args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings.resolved_api_key()
     except OSError as exc:
         print(f"duplex-agent: cannot read the API key file: {exc.strerror} ({settings.api_key_file})", file=sys.stderr)
         return 2
+    if plugin.error and args.command in MODEL_COMMANDS and not settings.backend:
+        print(f"duplex-agent: {plugin.error}", file=sys.stderr)
+        return 2
     try:
-        if args.command == "token":
+        if args.command == TOKEN:
             return print_token(settings, args.ttl)
-        if args.command == "serve":
+        if args.command == SERVE:
             asyncio.run(serve(settings))
         else:
-            from duplex_agent.agent.app.livekit_worker import run_worker
-
-            if args.command == "dev":  # dev also serves the page and mints LiveKit tokens for it
+            try:
+                from duplex_agent.agent.app.livekit_worker import run_worker
+            except ImportError as exc:
+                print(f"duplex-agent: {args.command} needs the livekit extra ({exc}): run `make install`, or "
+                      "pip install 'duplex-agent[livekit]'", file=sys.stderr)
+                return 2
+            if args.command == DEV:  # dev also serves the page and mints LiveKit tokens for it
                 warn_if_open(settings)
-            return run_worker(settings, dev=args.command == "dev")
+            return run_worker(settings, dev=args.command == DEV)
     except (MissingModelError, ModelStartError) as exc:
         print(f"duplex-agent: {exc}", file=sys.stderr)
         return 2

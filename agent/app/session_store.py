@@ -49,10 +49,6 @@ class ReplayJournal:
         self.head = 0
         self.overflowed = False
 
-    @property
-    def retained_bytes(self) -> int:
-        return self._bytes
-
     def record(self, seq: int, text: str) -> bool:
         """Keep one event; False once the bound is exceeded (from then on replay is impossible)."""
         self.head = seq

@@ -1,14 +1,18 @@
 """Worker settings: flags override environment variables override defaults.
 
-Secrets (``SECRET_FIELDS``) are read from the environment or a file; ``--help``
-never shows their values and ``repr`` leaves them out, so they cannot reach a log.
+Every field is a flag ``--field-name`` and an environment variable ``DUPLEX_FIELD_NAME``
+(``livekit_*`` also as ``LIVEKIT_*``); a plugin's own settings are its ``options_type``,
+read the same way (``read_environment``). Secrets (``SECRET_FIELDS``) are read from the
+environment or a file; ``--help`` never shows their values and ``repr`` leaves them out,
+so they cannot reach a log.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 
 PLUGIN_ALIASES = {
@@ -18,7 +22,9 @@ PLUGIN_ALIASES = {
 }
 
 #: Fields whose values are secrets: never shown in --help, repr or logs.
-SECRET_FIELDS = frozenset({"api_key", "backend_api_key", "openai_api_key", "livekit_api_secret"})
+SECRET_FIELDS = frozenset({"api_key", "backend_api_key", "livekit_api_secret"})
+#: Field metadata: False for a field that is no flag or environment variable.
+FLAG = "flag"
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -31,7 +37,9 @@ _FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
 REPEATABLE_FIELDS = frozenset({"backend"})
 
 
-class _JoinRepeated(argparse.Action):
+class JoinRepeated(argparse.Action):
+    """A repeated flag's values joined by commas."""
+
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
         seen = f"_{self.dest}_given"
@@ -48,7 +56,7 @@ def _secret() -> str:
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
-    #: A plugin alias (reference, scripted) or a dotted path to a DuplexModelPlugin class.
+    #: A plugin alias (reference, scripted, moshi) or a dotted path to a DuplexModelPlugin class.
     plugin: str = "reference"
     #: Empty for the in-process model; else ws:// URLs of vLLM-Omni duplex endpoints: the flag repeated,
     #: a comma-separated list, or @FILE (one URL per line, re-read on SIGHUP). With several, each new call
@@ -69,13 +77,6 @@ class Settings:
     resume_grace_s: float = 30.0
     #: Seconds a SIGTERM/SIGINT lets live calls finish before they are closed.
     drain_timeout: float = 60.0
-    #: Reference model responder: echo | openai.
-    responder: str = "echo"
-    #: Earlier turns of the call the responder sees (a bounded context, not the whole call).
-    responder_max_turns: int = 8
-    openai_base_url: str = ""
-    openai_model: str = ""
-    openai_api_key: str = _secret()
     #: Address ICE binds to for direct WebRTC peers; empty picks this machine's interface.
     ice_address: str = ""
     #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
@@ -90,15 +91,6 @@ class Settings:
     livekit_api_key: str = ""
     livekit_api_secret: str = _secret()
     agent_name: str = "duplex-agent"
-    #: Moshi (--plugin moshi): a Hugging Face repo read from the local cache only, or explicit files.
-    moshi_repo: str = "kyutai/moshiko-pytorch-bf16"
-    moshi_weights: str = ""
-    mimi_weights: str = ""
-    moshi_tokenizer: str = ""
-    #: "tiny" (random weights, for tests and demos), a config.json path, or empty for the checkpoint's own.
-    moshi_config: str = ""
-    #: Where an in-process torch model runs: auto (CUDA when present), cpu, cuda, cuda:N.
-    device: str = "auto"
     log_level: str = "INFO"
     #: The key signaling, the websocket, tokens and metrics require (empty: no authentication).
     api_key: str = _secret()
@@ -126,6 +118,9 @@ class Settings:
     tls_self_signed: bool = False
     #: Where the self-signed certificate is kept (default ~/.cache/duplex-agent/tls).
     tls_dir: str = ""
+    #: The plugin's own settings (an instance of its ``options_type``), set by the CLI; None: read
+    #: from the environment when the plugin loads. Not a flag itself: the plugin declares its flags.
+    plugin_options: object | None = field(default=None, metadata={FLAG: False})
 
     @property
     def plugin_path(self) -> str:
@@ -146,37 +141,30 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        environ = dict(os.environ if environ is None else environ)
         settings = cls()
-        for f in fields(cls):
-            for name in (f"DUPLEX_{f.name.upper()}", f.name.upper() if f.name.startswith("livekit") else ""):
-                if name and name in environ:
-                    setattr(settings, f.name, _FIELD_TYPES.get(f.type, str)(environ[name]))
+        read_environment(settings, os.environ if environ is None else environ)
         return settings
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        for f in fields(self):
-            flag = "--" + f.name.replace("_", "-")
-            env = f"DUPLEX_{f.name.upper()}"
-            if f.name.startswith("livekit"):
-                env = f"{f.name.upper()} or {env}"
-            if f.type == "bool":
-                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                    default=getattr(self, f.name), help=f"(env {env}; default: %(default)s)")
-            elif f.name in REPEATABLE_FIELDS:
-                parser.add_argument(flag, dest=f.name, action=_JoinRepeated, default=getattr(self, f.name),
-                                    help=f"repeatable (env {env}, comma-separated; default: %(default)s)")
-            elif f.name in SECRET_FIELDS:
-                # The value is never echoed: argparse shows defaults only through %(default)s.
-                parser.add_argument(flag, dest=f.name, default=getattr(self, f.name), metavar="SECRET",
-                                    help=f"secret: set {env} in the environment rather than on the command line "
-                                         "(visible in ps); its value is never shown")
-            else:
-                parser.add_argument(flag, dest=f.name, type=_FIELD_TYPES.get(f.type, str),
-                                    default=getattr(self, f.name), help=f"(env {env}; default: %(default)s)")
 
     def apply(self, namespace: argparse.Namespace) -> Settings:
         for f in fields(self):
             if hasattr(namespace, f.name):
                 setattr(self, f.name, getattr(namespace, f.name))
         return self
+
+
+def environment_names(name: str) -> tuple[str, ...]:
+    """The variables a field is read from; a later one found wins (``LIVEKIT_URL`` over ``DUPLEX_LIVEKIT_URL``)."""
+    return (f"DUPLEX_{name.upper()}", name.upper()) if name.startswith("livekit") else (f"DUPLEX_{name.upper()}",)
+
+
+def parse_field(f: Field, text: str) -> object:
+    return _FIELD_TYPES.get(f.type, str)(text)
+
+
+def read_environment(target: object, environ: Mapping[str, str]) -> None:
+    """Set the dataclass ``target``'s fields from their environment variables."""
+    for f in fields(target):
+        if f.metadata.get(FLAG, True):
+            for name in environment_names(f.name):
+                if name in environ:
+                    setattr(target, f.name, parse_field(f, environ[name]))

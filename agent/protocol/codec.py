@@ -187,7 +187,3 @@ def encode_event(event: p.Event, *, audio_format: str = "pcm16") -> dict[str, An
             data[f.name] = value
     return data
 
-
-def encode_json(event: p.Event, **extra: Any) -> str:
-    """``encode_event`` as compact JSON text, with ``extra`` fields added."""
-    return json.dumps({**encode_event(event), **extra}, separators=(",", ":"))

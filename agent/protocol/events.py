@@ -415,7 +415,8 @@ class ResponseDone(ServerEvent):
     response_id: str
     status: str
     reason: str = ""
-    #: Audio the caller heard of this response, as far as the runner knows.
+    #: Audio of this response sent to the client (the ledger's ``sent_ms``), not what was heard:
+    #: what the caller heard arrives later as ``playback.ack`` (``played_ms``).
     audio_ms: float = 0.0
 
 

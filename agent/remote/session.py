@@ -84,6 +84,7 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
         supports_truncation=bool(caps.get("supports_truncation", caps.get("supports_audio_truncate", False))),
         supports_resume=bool(caps.get("supports_session_resume", caps.get("supports_resume", False))),
         handles_overlap=bool(caps.get("handles_overlap", extended)),
+        random_weights=bool(caps.get("random_weights", False)),
     )
     token = data.get("resume_token")
     incarnation = data.get("incarnation")

@@ -9,12 +9,18 @@ The session runner in ``agent/`` drives it; a plugin never sees a transport.
 
 The contract is split by role: ``types`` (values and errors), ``buffers`` (append
 buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
-``loading``; everything is importable from this package.
+``loading``, and ``options`` (a plugin's own flags); everything is importable from this package.
 """
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
 from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
-from duplex_agent.plugins.contract.loading import load_duplex_plugin, validate_duplex_plugin_sampling
+from duplex_agent.plugins.contract.loading import (
+    PluginNotFoundError,
+    duplex_plugin_type,
+    load_duplex_plugin,
+    validate_duplex_plugin_sampling,
+)
+from duplex_agent.plugins.contract.options import option
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin, PartialStageForward
 from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState, DuplexModelSessionState
 from duplex_agent.plugins.contract.types import (
@@ -46,9 +52,12 @@ __all__ = [
     "PartialStageForward",
     "PcmAppendBuffer",
     "PcmAppendReservation",
+    "PluginNotFoundError",
     "PrivateRuntimeKeyError",
     "coerce_int",
+    "duplex_plugin_type",
     "load_duplex_plugin",
+    "option",
     "payload_turn_id",
     "reject_changed_runtime_value",
     "reject_private_runtime_keys",

@@ -46,6 +46,7 @@ class PcmAppendBuffer(ABC):
     @abstractmethod
     def has_pending(self) -> bool: ...
 
+    # has_reserved and flush are the seed contract's; this runtime never calls them.
     @abstractmethod
     def has_reserved(self) -> bool: ...
 

@@ -24,14 +24,28 @@ UNCALLED_STATE_HOOKS = ("retain_committed_audio", "clear_continuation")
 _OLD_PREFIXES = ("plugins.", "agent.", "webrtc.")
 
 
-def load_duplex_plugin(path: str, encode_audio: EncodeAudio) -> DuplexModelPlugin:
-    """Import ``package.module.Class``, build it, and check it is a usable plugin."""
+class PluginNotFoundError(ValueError):
+    """The plugin path names no importable class."""
+
+
+def duplex_plugin_type(path: str) -> type[DuplexModelPlugin]:
+    """Import ``package.module.Class`` without building it (its ``options_type`` is read before the models load)."""
     path = _current_path(path)
     module_name, dot, attribute = path.rpartition(".")
     if not dot:
         raise ValueError(f"Invalid duplex plugin path: {path!r}")
-    plugin_type = getattr(import_module(module_name), attribute)
-    plugin = plugin_type(encode_audio)
+    try:
+        plugin_type = getattr(import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise PluginNotFoundError(f"cannot load the plugin {path!r}: {exc}") from None
+    if not (isinstance(plugin_type, type) and issubclass(plugin_type, DuplexModelPlugin)):
+        raise TypeError(f"{path!r} is not a DuplexModelPlugin")
+    return plugin_type
+
+
+def load_duplex_plugin(path: str, encode_audio: EncodeAudio) -> DuplexModelPlugin:
+    """Import ``package.module.Class``, build it, and check it is a usable plugin."""
+    plugin = duplex_plugin_type(path)(encode_audio)
     if not isinstance(plugin, DuplexModelPlugin):
         raise TypeError(f"{path!r} is not a DuplexModelPlugin")
     if not plugin.plugin_id:

@@ -44,10 +44,17 @@ class DuplexModelPlugin(ABC):
     #: Samples per silence unit the runner appends to keep a model turn going.
     silence_continuation_samples: int = 16000
     data_plane: DuplexDataPlane
+    #: The plugin's own settings: a dataclass of ``options.option()`` fields that the worker
+    #: turns into flags; None when the plugin has none (see ``contract/options.py``).
+    options_type: type | None = None
 
     def __init__(self, encode_audio: EncodeAudio) -> None:
         # Concrete plugins hand the encoder to their data plane.
         del encode_audio
+
+    def configure(self, options: Any, *, max_sessions: int) -> None:
+        """The worker's settings for this plugin, before ``build_local_engine``: an instance of
+        ``options_type`` (None when it has none) and the worker's session limit."""
 
     # ---- engine policy ----
 

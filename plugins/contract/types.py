@@ -32,6 +32,8 @@ class DuplexCapabilities:
     supports_resume: bool = False
     #: The model decides itself what overlapping speech means (backchannels).
     handles_overlap: bool = False
+    #: The weights are random (a test or demo model): what it says means nothing, and the page says so.
+    random_weights: bool = False
 
     @property
     def unit_ms(self) -> float:
@@ -63,10 +65,11 @@ class DuplexSessionConfig:
 
 @dataclass(frozen=True, slots=True)
 class DuplexFence:
-    """The (epoch, turn) a piece of work was started under.
+    """The epoch (and, for the record, the turn) a piece of work was started under.
 
-    The epoch advances on every cancel, clear and barge-in; work whose fence no
-    longer matches the session's is stale and its results are dropped.
+    The epoch advances on every cancel, clear and barge-in; work started in another
+    epoch is stale and its results are dropped. Only the epoch decides (``admits``):
+    ``turn_id`` travels with the work for the plugin and the logs.
     """
 
     epoch: int

@@ -54,8 +54,3 @@ def full_lm_config() -> dict[str, Any]:
 
     return copy.deepcopy(loaders._lm_kwargs)
 
-
-def full_mimi_config() -> dict[str, Any]:
-    from moshi.models import loaders
-
-    return copy.deepcopy(loaders._mimi_config)

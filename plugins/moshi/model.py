@@ -31,6 +31,8 @@ from duplex_agent.plugins.moshi.turns import FloorTracker
 log = logging.getLogger("duplex_agent.moshi")
 
 TINY_TEXT_CARD = 64
+#: Configs whose weights are random unless files are given: the tiny test model and Moshi 7B's shape.
+RANDOM_CONFIGS = ("tiny", "7b-random")
 #: Words the tiny config's text tokens stand for (it has no tokenizer; its weights are random).
 _TINY_WORDS = ("la", "di", "da", "mo", "shi", "ka", "ru", "to", "ne", "po", "mi", "so")
 
@@ -54,6 +56,11 @@ class MoshiSpec:
     sampling: dict[str, float] = field(default_factory=dict)
     #: Let moshi torch.compile its hot functions (CUDA only; the first steps then take minutes).
     compile: bool = False
+
+    @property
+    def random_weights(self) -> bool:
+        """No weight file is read: a random-weight shape, and no file given."""
+        return self.config in RANDOM_CONFIGS and not (self.moshi_weights or self.mimi_weights or self.tokenizer)
 
 
 @dataclass(slots=True)
@@ -209,10 +216,11 @@ def load_models(spec: MoshiSpec) -> MoshiModels:
         import torch
         from moshi.models import loaders
     except ImportError as exc:
-        raise ModelStartError(f"the moshi package is not installed ({exc}); see the README, 'Serving Moshi'") from exc
+        raise ModelStartError(f"the moshi package is not installed ({exc}); run `make install-moshi` "
+                              "(docs/architecture.md, 'Moshi')") from exc
     device = resolve_device(spec.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    random_weights = spec.config in ("tiny", "7b-random")
+    random_weights = spec.config in RANDOM_CONFIGS
     tiny = spec.config == "tiny"
     files: CheckpointFiles | None = None
     if spec.moshi_weights or spec.mimi_weights or spec.tokenizer:

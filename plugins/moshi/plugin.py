@@ -11,6 +11,7 @@ response's audio, each with its word as a mark for the playback ledger.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from duplex_agent.plugins.contract import (
     DefaultDuplexModelSessionState,
@@ -23,6 +24,7 @@ from duplex_agent.plugins.contract import (
     DuplexSessionConfig,
     EncodeAudio,
     PrivateRuntimeKeyError,
+    option,
     reject_private_runtime_keys,
 )
 from duplex_agent.plugins.engines.frame_batch import FrameBatchEngine
@@ -32,8 +34,23 @@ from duplex_agent.plugins.moshi.model import MoshiSpec, SlotOutput, load_moshi
 from duplex_agent.plugins.unit_packetizer import UnitPacketizer
 
 
+@dataclass(slots=True)
+class MoshiOptions:
+    """Which Moshi checkpoint to run, and where. Weights are local files only: nothing is downloaded."""
+
+    moshi_repo: str = option("kyutai/moshiko-pytorch-bf16", "a Hugging Face repo, read from the local cache "
+                                                            "(HF_HUB_CACHE) only")
+    moshi_weights: str = option("", "the LM's .safetensors file, instead of --moshi-repo")
+    mimi_weights: str = option("", "the Mimi codec's .safetensors file, instead of --moshi-repo")
+    moshi_tokenizer: str = option("", "the SentencePiece tokenizer .model file, instead of --moshi-repo")
+    moshi_config: str = option("", "tiny: a small model with random weights (tests and demos: it babbles, and the "
+                                   "page says so); a config.json path for another shape; empty: the checkpoint's own")
+    device: str = option("auto", "where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N")
+
+
 class MoshiPlugin(DuplexModelPlugin):
     plugin_id = "moshi"
+    options_type = MoshiOptions
     private_runtime_config_keys = frozenset({"slot", "engine_seed"})
     silence_continuation_samples = FRAME_SAMPLES
 
@@ -44,15 +61,12 @@ class MoshiPlugin(DuplexModelPlugin):
         self.engine: FrameBatchEngine | None = None
         self.data_plane = MoshiDataPlane(encode_audio, sample_rate=SAMPLE_RATE, on_session_closed=self._release)
 
-    def configure_from_settings(self, settings: object) -> None:
-        """The CLI's --moshi-* flags, --device and --max-sessions (the engine's batch size)."""
-        self.spec = MoshiSpec(
-            config=str(getattr(settings, "moshi_config", "")), repo=str(getattr(settings, "moshi_repo", "")),
-            moshi_weights=str(getattr(settings, "moshi_weights", "")),
-            mimi_weights=str(getattr(settings, "mimi_weights", "")),
-            tokenizer=str(getattr(settings, "moshi_tokenizer", "")), device=str(getattr(settings, "device", "auto")),
-        )
-        self.max_sessions = int(getattr(settings, "max_sessions", self.max_sessions))
+    def configure(self, options: MoshiOptions, *, max_sessions: int) -> None:
+        """The --moshi-* and --device flags, and --max-sessions (the engine's batch size)."""
+        self.spec = MoshiSpec(config=options.moshi_config, repo=options.moshi_repo,
+                              moshi_weights=options.moshi_weights, mimi_weights=options.mimi_weights,
+                              tokenizer=options.moshi_tokenizer, device=options.device)
+        self.max_sessions = max_sessions
 
     def build_local_engine(self) -> FrameBatchEngine:
         model = load_moshi(self.spec, capacity=self.max_sessions)
@@ -96,7 +110,7 @@ class MoshiPlugin(DuplexModelPlugin):
         return DuplexCapabilities(
             plugin_id=self.plugin_id, input_sample_rate=SAMPLE_RATE, unit_samples=FRAME_SAMPLES,
             output_sample_rate=SAMPLE_RATE, max_sessions=max_sessions, input_mode="continuous",
-            handles_overlap=True,
+            handles_overlap=True, random_weights=self.spec.random_weights,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:

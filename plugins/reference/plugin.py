@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from duplex_agent.plugins.contract import (
@@ -24,6 +25,7 @@ from duplex_agent.plugins.contract import (
     EncodeAudio,
     PartialStageForward,
     PrivateRuntimeKeyError,
+    option,
     reject_private_runtime_keys,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
@@ -46,8 +48,24 @@ SYNTHESIS_RATE = 22050
 RECOGNIZE, RESPOND, SYNTHESIZE = 0, 1, 2
 
 
+@dataclass(slots=True)
+class ReferenceOptions:
+    """The reference model's flags: who writes the replies."""
+
+    responder: str = option("echo", "who writes the replies: echo says back what it heard; openai asks an "
+                                    "OpenAI-compatible chat endpoint (--openai-base-url, --openai-model)",
+                            choices=("echo", "openai"))
+    responder_max_turns: int = option(DEFAULT_MAX_TURNS, "earlier turns of the call the responder sees "
+                                                         "(a bounded context, not the whole call)")
+    openai_base_url: str = option("", "--responder openai: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1 "
+                                      "(vLLM, llama.cpp server, Ollama, OpenAI)")
+    openai_model: str = option("", "--responder openai: the model name the endpoint serves")
+    openai_api_key: str = option("", "--responder openai: the endpoint's key, if it wants one", secret=True)
+
+
 class ReferencePlugin(DuplexModelPlugin):
     plugin_id = "reference"
+    options_type = ReferenceOptions
     #: Set by the worker's settings, never by a client.
     private_runtime_config_keys = frozenset({"responder", "openai_base_url", "openai_model", "openai_api_key"})
 
@@ -61,13 +79,13 @@ class ReferencePlugin(DuplexModelPlugin):
         self.responder_settings: dict[str, Any] = {}
         self.responder_max_turns = DEFAULT_MAX_TURNS
 
-    def configure_from_settings(self, settings: Any) -> None:
-        """Take the responder choice from the worker's settings."""
-        self.responder_name = settings.responder
-        self.responder_max_turns = settings.responder_max_turns
-        if settings.responder == "openai":
-            self.responder_settings = {"base_url": settings.openai_base_url, "model": settings.openai_model,
-                                       "api_key": settings.openai_api_key, "max_turns": settings.responder_max_turns}
+    def configure(self, options: ReferenceOptions, *, max_sessions: int) -> None:
+        """Take the responder choice from the plugin's flags."""
+        self.responder_name = options.responder
+        self.responder_max_turns = options.responder_max_turns
+        if options.responder == "openai":
+            self.responder_settings = {"base_url": options.openai_base_url, "model": options.openai_model,
+                                       "api_key": options.openai_api_key, "max_turns": options.responder_max_turns}
 
     def build_local_engine(self) -> InProcessEngine:
         """Loads the models (once per process) and wires the three stages."""

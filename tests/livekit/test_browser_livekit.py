@@ -138,9 +138,11 @@ def _set_value(browser: Browser, element_id: str, value: str) -> None:
         "e.dispatchEvent(new Event('input'));", element_id, value)
 
 
-def _transcript(browser: Browser) -> list[tuple[str, str]]:
+def _transcript(browser: Browser) -> list[tuple[str, str, str]]:
+    """(class, speaker label, text) of each transcript line."""
     return browser.driver.execute_script(
-        "return Array.from(document.querySelectorAll('#transcript li'), (li) => [li.className, li.textContent]);")
+        "return Array.from(document.querySelectorAll('#transcript li'), (li) => [li.className,"
+        " li.querySelector('.speaker').textContent, li.querySelector('.text').textContent]);")
 
 
 def _closed_port() -> int:
@@ -183,12 +185,17 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
         lines = await _in_thread(_transcript, browser)
         # The picture shows the exchange over: the reply has played out.
         await _in_thread(browser.wait_for_text, "agent-state", "listening", 30)
+        # The figures come from the agent's attributes; the page says why the settings are absent.
+        await _in_thread(browser.wait_for_text, "fig-turn", "ms", 30)
+        assert "data channel" in await _in_thread(browser.text, "livekit-settings-note")
+        assert await _in_thread(browser.text, "model-notice") == ""  # real weights: no notice
         await _in_thread(browser.screenshot, "livekit-page-exchange")
         await _in_thread(browser.driver.set_window_size, 390, 844)
         await _in_thread(browser.screenshot, "livekit-page-exchange-phone")
 
-        users = [text for kind, text in lines if kind.split()[0] == "user"]
-        agents = [text for kind, text in lines if kind.split()[0] == "agent"]
+        users = [text for kind, speaker, text in lines if kind.split()[0] == "user" and speaker == "You"]
+        agents = [text for kind, speaker, text in lines if kind.split()[0] == "agent" and speaker == "Agent"]
+        assert len(users) + len(agents) == len(lines), lines  # every line says who spoke
         assert users and "table" in users[0].lower(), lines
         assert agents and agents[0].startswith("You said"), lines
         assert "table" in transcript.lower()
@@ -202,6 +209,36 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
         await _in_thread(browser.wait_for_text, "connect", "Connect", 10)
         await wait_for(lambda: not any(identity.startswith("caller-") for identity in _participants(
             livekit_server, "browser-call")), 15, "the page to leave the room")
+    except BaseException:
+        print("--- page console ---\n" + await _in_thread(_console, browser))
+        print("--- worker log (tail) ---\n" + worker.log()[-4000:])
+        raise
+    finally:
+        await _in_thread(browser.close)
+
+
+@needs_browser
+async def test_page_says_when_the_livekit_agent_has_random_weights(livekit_server, start_worker, page_url):
+    """A worker serving Moshi's tiny config: its agent says so in an attribute, and the page shows it."""
+    pytest.importorskip("moshi", reason="the moshi package is not installed (make install-moshi)")
+    worker = await start_worker(plugin="moshi", max_sessions=1, extra=("--moshi-config", "tiny", "--device", "cpu"))
+    await livekit_server.wait_for_worker(AGENT_NAME, available=True, timeout=120)
+    browser = await _in_thread(_open_browser)
+    try:
+        await _in_thread(browser.open, page_url)
+        await _in_thread(browser.click, "mode-livekit")
+        await _in_thread(browser.wait_for_text, "lk-get-token", "Get a dev token", 10)
+        await _in_thread(_set_value, browser, "lk-room", "random-weights")
+        await _in_thread(browser.click, "lk-get-token")
+        await _in_thread(browser.wait_for_text, "lk-token-info", "Room random-weights as caller-", 10)
+        assert await _in_thread(browser.text, "model-notice") == ""
+        await _in_thread(browser.click, "connect")
+        await _in_thread(browser.wait_for_text, "status", "Connected", 60)
+        notice = await _in_thread(browser.wait_for_text, "model-notice", "random weights", 60)
+        assert "means nothing" in notice
+        await _in_thread(browser.screenshot, "livekit-page-random-weights")
+        await _in_thread(browser.click, "connect")  # disconnect
+        await _in_thread(browser.wait_for_text, "connect", "Connect", 10)
     except BaseException:
         print("--- page console ---\n" + await _in_thread(_console, browser))
         print("--- worker log (tail) ---\n" + worker.log()[-4000:])

@@ -17,6 +17,7 @@ from duplex_agent.agent.protocol.events import (
     ResponseDone,
     SpeechStarted,
 )
+from duplex_agent.plugins.moshi.plugin import MoshiOptions
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from tests.webrtc.client_peer import wait_for
 
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.slow
 
 
 async def _call(policy: str):
-    backend = build_backend(Settings(plugin="moshi", moshi_config="tiny", device="cpu", max_sessions=1))
+    backend = build_backend(Settings(plugin="moshi", max_sessions=1,
+                                     plugin_options=MoshiOptions(moshi_config="tiny", device="cpu")))
     conversation = await backend.open()
     events: list = []
     path = CallAudioPath(conversation, overlap_policy=policy, vad_model=SileroVadModel.shared(),

@@ -16,6 +16,7 @@ from duplex_agent.agent.metrics import FRAME_OVERRUNS
 from duplex_agent.agent.session.ledger import text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.moshi.configs import FRAME_SAMPLES, SAMPLE_RATE
+from duplex_agent.plugins.moshi.plugin import MoshiOptions
 from tests.moshi.conftest import voice_frames
 from tests.runtime.drivers import RunnerDriver, WebSocketDriver
 
@@ -23,7 +24,7 @@ SESSION = {"type": "session.update", "session": {"turn_detection": None, "input_
 
 
 def tiny_settings(**overrides) -> Settings:
-    return Settings(plugin="moshi", moshi_config="tiny", device="cpu", **overrides)
+    return Settings(plugin="moshi", plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"), **overrides)
 
 
 @pytest.fixture

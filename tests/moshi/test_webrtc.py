@@ -9,6 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from duplex_agent.agent.app.bootstrap import build_backend
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.plugins.moshi.plugin import MoshiOptions
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 from tests.integration.conftest import Microphone
@@ -21,7 +22,8 @@ SECONDS_HEARD = 4.0
 @pytest.fixture
 async def moshi_worker():
     address = interface_ipv4()
-    settings = Settings(plugin="moshi", moshi_config="tiny", device="cpu", max_sessions=2, ice_address=address)
+    settings = Settings(plugin="moshi", max_sessions=2, ice_address=address,
+                        plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"))
     backend = build_backend(settings)
     app = build_app(backend, settings)
     client = TestClient(TestServer(app, host="127.0.0.1"))

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import urllib.request
-import venv
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -17,35 +14,6 @@ from tests.packaging.import_graph import ROOT
 
 pytestmark = pytest.mark.slow
 BUNDLE = ROOT / "frontend" / "vendor" / "livekit-client.umd.js"
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
-                   check=True, cwd=out)
-    (built,) = out.glob("duplex_agent-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv holding only the wheel; its dependencies come from this venv's site-packages
-    through a path file (a plain path line: the project's editable finder is not loaded)."""
-    env_dir = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    fresh_python = env_dir / "bin" / "python"
-    site = subprocess.run([str(fresh_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    deps = subprocess.run([sys.executable, "-c", "import aiohttp, os; print(os.path.dirname(os.path.dirname(aiohttp.__file__)))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    Path(site, "dependencies.pth").write_text(deps + "\n")
-    entry = env_dir / "bin" / "duplex-agent"
-    entry.write_text(f"#!{fresh_python}\nimport sys\nfrom duplex_agent.agent.app.cli import main\nsys.exit(main())\n")
-    entry.chmod(0o755)
-    return env_dir
 
 
 def test_only_top_level_name_is_duplex_agent(wheel):
@@ -84,6 +52,8 @@ def test_installed_worker_serves_page_and_bundle_beside_a_users_agent_py(install
             assert response.status == 200 and len(response.read()) == BUNDLE.stat().st_size
         with urllib.request.urlopen(base + "/", timeout=10) as response:
             assert b"<html" in response.read().lower()
+        with urllib.request.urlopen(base + "/favicon.ico", timeout=10) as response:  # no 404 in the console
+            assert response.status == 200 and b"<svg" in response.read()
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0

@@ -186,14 +186,15 @@ def test_recent_turns_keeps_whole_turns():
 
 
 def test_the_setting_reaches_the_reference_responder():
-    from duplex_agent.agent.app.settings import Settings
+    from duplex_agent.agent.app.settings import read_environment
     from duplex_agent.agent.protocol.audio import as_float32_audio
-    from duplex_agent.plugins.reference.plugin import ReferencePlugin
+    from duplex_agent.plugins.reference.plugin import ReferenceOptions, ReferencePlugin
 
-    settings = Settings.from_env({"DUPLEX_RESPONDER": "openai", "DUPLEX_OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-                                  "DUPLEX_OPENAI_MODEL": "m", "DUPLEX_RESPONDER_MAX_TURNS": "3"})
+    options = ReferenceOptions()
+    read_environment(options, {"DUPLEX_RESPONDER": "openai", "DUPLEX_OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                               "DUPLEX_OPENAI_MODEL": "m", "DUPLEX_RESPONDER_MAX_TURNS": "3"})
     plugin = ReferencePlugin(as_float32_audio)
-    plugin.configure_from_settings(settings)
+    plugin.configure(options, max_sessions=4)
     assert make_responder(plugin.responder_name, plugin.responder_settings).max_turns == 3
     # The call's remembered context is cut to what the responder will see.
     context = plugin.context("sess1")

@@ -7,9 +7,6 @@ stream handle, capture acknowledgements by request id.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from livekit import rtc
 from livekit.rtc._ffi_client import FfiClient
 from livekit.rtc._proto import ffi_pb2 as proto_ffi
@@ -50,8 +47,6 @@ class AgentVoiceSource:
     def __init__(self, sample_rate: int, num_channels: int, *, queue_size_ms: int) -> None:
         self._router = FfiRouter.shared()
         self.source = rtc.AudioSource(sample_rate, num_channels, queue_size_ms=queue_size_ms)
-        self._sample_rate = sample_rate
-        self._queued_until = 0.0  # monotonic time at which everything captured has played
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         if frame.samples_per_channel == 0 or self.source._ffi_handle.disposed:
@@ -67,17 +62,9 @@ class AgentVoiceSource:
             self._router.drop_capture(async_id)
         if done.capture_audio_frame.error:
             raise RuntimeError(f"capture_audio_frame: {done.capture_audio_frame.error}")
-        now = time.monotonic()
-        self._queued_until = max(now, self._queued_until) + frame.samples_per_channel / self._sample_rate
 
     def clear_queue(self) -> None:
         self.source.clear_queue()
-        self._queued_until = 0.0
-
-    async def wait_for_playout(self) -> None:
-        """Until the audio captured so far has played out of the source's queue."""
-        while (left := self._queued_until - time.monotonic()) > 0:
-            await asyncio.sleep(left)
 
     async def aclose(self) -> None:
         await self.source.aclose()

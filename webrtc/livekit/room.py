@@ -6,7 +6,8 @@ one. Only the caller's microphone is subscribed. The agent speaks through one
 audio track fed from the shared ``CallAudioPath`` playout, with a short
 AudioSource queue that is emptied at once on barge-in. Transcripts of both
 sides go out on ``lk.transcription`` text streams; the agent's state is the
-``lk.agent.state`` attribute; SIP DTMF digits reach the session.
+``lk.agent.state`` attribute (beside it ``duplex.turn_ms``, ``duplex.barge_in_ms`` and
+``duplex.random_weights`` for the page); SIP DTMF digits reach the session.
 
 A draining worker asks each call to ``finish_after_current()`` (the live
 conversation goes on; no next caller is taken) and, at its drain deadline,
@@ -29,7 +30,7 @@ from livekit import rtc
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
-from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("duplex_agent.livekit")
@@ -269,7 +270,19 @@ class LiveKitRoomCall:
 
     def _set_state(self, state: str) -> None:
         if self._published and self.room.isconnected():
-            self._later(lambda: self.room.local_participant.set_attributes({"lk.agent.state": state}))
+            attributes = {"lk.agent.state": state, **self._page_attributes()}
+            self._later(lambda: self.room.local_participant.set_attributes(attributes))
+
+    def _page_attributes(self) -> dict[str, str]:
+        """What the page shows besides the state (it has no data channel here): the call's latest
+        figures, in ms, and whether the model's weights are random."""
+        attributes = {"duplex.random_weights": "true"} if self.backend.capabilities.random_weights else {}
+        if self.path is not None:
+            for name in PAGE_FIGURES:
+                last = self.path.figures.last(name)
+                if last is not None:
+                    attributes[f"duplex.{name}"] = f"{last:.0f}"
+        return attributes
 
     def _on_event(self, event: p.ServerEvent) -> None:
         if isinstance(event, p.ResponseTranscriptDelta):
