@@ -191,9 +191,8 @@ async def test_late_joiner_mute_unpublish_manual_subscribe(server: LoopbackLiveK
                                          rtc.RoomOptions(auto_subscribe=False)), 15)
         await eventually(lambda: pub.sid in c.remote_participants["alice"].track_publications)
         # The server's own record, once it has made carol's join subscriptions (none, asked for none).
-        carol = server.rooms["pub-room"].participants["carol"]
-        await asyncio.wait_for(carol.announced.wait(), 10)
-        assert carol.subscriptions == {}
+        await eventually(lambda: server.rooms["pub-room"].participants["carol"].announced, 10)
+        assert server.rooms["pub-room"].participants["carol"].subscriptions == {}
         assert not c_sub.done()
         c.remote_participants["alice"].track_publications[pub.sid].set_subscribed(True)
         assert await asyncio.wait_for(c_sub, 10) == pub.sid
@@ -375,9 +374,8 @@ async def test_full_worker_is_not_dispatched(server: LoopbackLiveKitServer) -> N
     proc = await start_worker(server, "busy-agent", full=True)
     try:
         worker = await server.wait_for_worker("busy-agent", timeout=20)
-        await server._dispatcher.wait_for(
-            lambda: worker.status == agent_pb.WorkerStatus.WS_FULL, timeout=10)
-        assert not worker.available
+        await eventually(lambda: server.workers[worker.id].status == agent_pb.WorkerStatus.WS_FULL, 10)
+        assert not server.workers[worker.id].available
         d = await server.create_dispatch("busy-room", "busy-agent")
         assert d.state == "no_worker" and d.job_id is None
         assert (worker.id, "full") in d.skipped
@@ -432,7 +430,7 @@ async def test_raw_worker_full_then_available(server: LoopbackLiveKitServer) -> 
         claims = api.TokenVerifier(server.api_key, server.api_secret).verify(assignment.token)
         assert claims.identity == "raw-bot" and claims.kind == "agent"
         assert claims.video is not None and claims.video.room == "raw-room"
-        await eventually(lambda: d.state == "assigned")
+        await eventually(lambda: server.dispatches[d.id].state == "assigned")
 
         await send(agent_pb.WorkerMessage(update_job=agent_pb.UpdateJobStatus(
             job_id=req.job.id, status=agent_pb.JobStatus.JS_RUNNING)))
