@@ -19,6 +19,7 @@ aiortc's stages:
 
 from __future__ import annotations
 
+import time
 from typing import Awaitable, Callable
 
 from aiortc import RTCRtpReceiver, RTCRtpSender, clock
@@ -67,17 +68,22 @@ class RtpWriter:
     def ready(self) -> bool:
         return self._payload_type is not None and self._sender.transport.state == "connected"
 
-    async def write(self, source: RtpPacket, sequence_number: int, timestamp: int) -> None:
+    async def write(self, source: RtpPacket, sequence_number: int, timestamp: int) -> int:
+        """Sends the packet; returns when it was handed to the SRTP transport (perf_counter_ns),
+        which stamp leaves out the GIL waits of SRTP and sendto, whose C calls release it."""
         packet = RtpPacket(payload_type=self._payload_type, marker=source.marker,
                            sequence_number=sequence_number, timestamp=timestamp,
                            ssrc=self._sender._ssrc, payload=source.payload)
         packet.extensions.mid = self._mid
         packet.extensions.abs_send_time = (clock.current_ntp_time() >> 14) & 0x00FFFFFF
         packet.extensions.audio_level = source.extensions.audio_level
-        await self._sender.transport._send_rtp(packet.serialize(self._extensions))
+        data = packet.serialize(self._extensions)
+        handed_ns = time.perf_counter_ns()
+        await self._sender.transport._send_rtp(data)
         # what the sender's RTCP sender report reads (its own RTP task sends nothing)
         s = self._sender
         s._RTCRtpSender__ntp_timestamp = clock.current_ntp_time()  # type: ignore[attr-defined]
         s._RTCRtpSender__rtp_timestamp = timestamp  # type: ignore[attr-defined]
         s._RTCRtpSender__octet_count += len(source.payload)  # type: ignore[attr-defined]
         s._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
+        return handed_ns

@@ -80,7 +80,7 @@ class Hop(NamedTuple):
     subscriber: str
     sequence_number: int  # the publisher's
     arrived_ns: int  # handed to the server by the publisher's SRTP transport
-    sent_ns: int  # handed to the subscriber's SRTP transport
+    sent_ns: int  # rewritten and handed to the subscriber's SRTP transport
 
 
 class Arrival(NamedTuple):
@@ -127,11 +127,11 @@ class AudioForwarder:
             if not sub.writer.ready:
                 continue
             try:
-                await sub.forward(packet)
+                sent = await sub.forward(packet)
             except ConnectionError:
                 continue
             self._record.hops.append(Hop(self.track_sid, sub.subscriber, packet.sequence_number,
-                                         arrived, time.perf_counter_ns()))
+                                         arrived, sent))
 
     def attach(self, pc: RTCPeerConnection, subscriber: str):
         """A sendonly transceiver on ``pc`` carrying this track; returns (track, transceiver)."""
@@ -168,8 +168,9 @@ class ForwardedAudioTrack(MediaStreamTrack):
         self._seq_offset = random.getrandbits(16)
         self._ts_offset = random.getrandbits(32)
 
-    async def forward(self, packet: RtpPacket) -> None:
-        await self.writer.write(packet, (packet.sequence_number + self._seq_offset) & 0xFFFF,
+    async def forward(self, packet: RtpPacket) -> int:
+        """Sends ``packet`` on; when it was handed to the transport (perf_counter_ns)."""
+        return await self.writer.write(packet, (packet.sequence_number + self._seq_offset) & 0xFFFF,
                                 (packet.timestamp + self._ts_offset) & 0xFFFFFFFF)
 
     async def recv(self):
