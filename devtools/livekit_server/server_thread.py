@@ -158,11 +158,11 @@ class LoopbackLiveKitServer:
 
         await self._call(_lose)
 
-    async def create_dispatch(self, room: str, agent_name: str, metadata: str = "") -> DispatchRecord:
-        async def _create() -> DispatchRecord:
-            return record_copy(await self._core.create_dispatch(room, agent_name, metadata))
+    async def create_dispatch(self, room: str, agent_name: str, metadata: str = "") -> "LiveDispatch":
+        async def _create() -> str:
+            return (await self._core.create_dispatch(room, agent_name, metadata)).id
 
-        return await self._call(_create)
+        return LiveDispatch(self, await self._call(_create))
 
     async def terminate_job(self, job_id: str) -> bool:
         return await self._call(self._core.terminate_job, job_id)
@@ -177,3 +177,15 @@ class LoopbackLiveKitServer:
 
     async def wait_for_job_status(self, job_id: str, status: int, timeout: float = 10.0) -> None:
         await self._call(lambda: self._core.wait_for_job_status(job_id, status, timeout))
+
+
+class LiveDispatch:
+    """A dispatch whose fields (``state``, ``job_id``, ...) read the server's record as it
+    stands now, as the record itself does on the server's loop."""
+
+    def __init__(self, server: LoopbackLiveKitServer, dispatch_id: str) -> None:
+        self.id = dispatch_id
+        self._server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server.dispatches[self.id], name)
