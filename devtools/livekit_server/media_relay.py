@@ -128,7 +128,10 @@ class AudioForwarder:
                 continue
             try:
                 sent = await sub.forward(packet)
-            except ConnectionError:
+            except ConnectionError:  # that subscriber's transport is going away
+                continue
+            except Exception:  # raised here it would end the publisher's receive loop
+                log.exception("forwarding to %s failed", sub.subscriber)
                 continue
             self._record.hops.append(Hop(self.track_sid, sub.subscriber, packet.sequence_number,
                                          arrived, sent))
