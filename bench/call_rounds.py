@@ -750,15 +750,18 @@ def report_barge_in_floor(rounds: list[Round], cores: int) -> None:
     """Barge-in as the LiveKit callers heard it (onset sent -> the agent heard to stop), the worker against
     the bare livekit.rtc agent through the same server in the same run, per call count."""
     for sessions in sorted({r.sessions for r in rounds}):
-        heard = {p: [v for r in rounds if r.sessions == sessions and kind(r.path) == p and r.measured(cores)
-                     for v in r.heard_stop_ms] for p in ("livekit", "livekit-echo")}
+        mine = [r for r in rounds if r.sessions == sessions and kind(r.path) in ("livekit", "livekit-echo")
+                and r.complete]
+        heard = {p: [v for r in mine if kind(r.path) == p for v in r.heard_stop_ms] for p in ("livekit", "livekit-echo")}
         if not heard["livekit"] or not heard["livekit-echo"]:
             continue
         ours, floor = (np.percentile(heard[p], [50, 95]) for p in ("livekit", "livekit-echo"))
+        saturated = sum(r.saturated(cores) for r in mine)
         print(f"LiveKit barge-in as the caller hears it, {sessions} calls: ours p50 {ours[0]:.0f} / p95 {ours[1]:.0f} ms "
               f"(n={len(heard['livekit'])}), the bare livekit.rtc agent (floor) p50 {floor[0]:.0f} / p95 "
               f"{floor[1]:.0f} ms (n={len(heard['livekit-echo'])}): ours beyond the floor p50 {ours[0] - floor[0]:+.0f} "
-              f"ms, p95 {ours[1] - floor[1]:+.0f} ms")
+              f"ms, p95 {ours[1] - floor[1]:+.0f} ms"
+              + (f" [the machine was saturated in {saturated} of these {len(mine)} rounds]" if saturated else ""))
 
 
 # ---------------------------------------------------------------- main
