@@ -1,6 +1,7 @@
 """The LiveKit barge-in floor: a bare ``livekit.rtc`` agent that answers with a tone and stops on the caller's energy.
 
-Registered with the LiveKit server as a worker (livekit-agents, a thread per job), it
+Registered with the LiveKit server as a worker (livekit-agents as shipped: a process per
+job, so no job's SDK wakes for another's events), it
 joins each room it is dispatched to and does what the scripted worker does, with the
 least reaction a LiveKit agent can have: once the caller has been quiet for
 ``END_OF_TURN_MS`` after speaking, it plays ``REPLY_MS`` of tone; the first 10 ms frame
@@ -19,7 +20,6 @@ import argparse
 import asyncio
 import logging
 import os
-import threading
 
 import numpy as np
 from aiohttp import web
@@ -34,21 +34,6 @@ END_OF_TURN_MS = 500
 REPLY_MS = 1000
 #: The agent's source queue: as short as the SDK's 10 ms frames allow keeping it fed.
 QUEUE_MS = 40
-
-
-class Sessions:
-    """Open jobs, counted across the jobs' threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.open = 0
-
-    def add(self, delta: int) -> None:
-        with self._lock:
-            self.open += delta
-
-
-SESSIONS = Sessions()
 
 
 class ToneReplier:
@@ -113,25 +98,23 @@ async def entrypoint(ctx: JobContext) -> None:
     await ctx.room.local_participant.publish_track(
         track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
     tasks.append(asyncio.create_task(replier.speak()))
-    SESSIONS.add(1)
     try:
         await done.wait()
     finally:
-        SESSIONS.add(-1)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         ctx.shutdown()
 
 
-async def metrics(_request: web.Request) -> web.Response:
-    return web.Response(text=f'duplex_sessions_active{{transport="all"}} {SESSIONS.open}\n')
-
-
-async def serve(metrics_port: int) -> None:
-    server = AgentServer(job_executor_type=JobExecutorType.THREAD, num_idle_processes=0, port=0,
+async def serve(metrics_port: int, idle: int) -> None:
+    server = AgentServer(job_executor_type=JobExecutorType.PROCESS, num_idle_processes=idle, port=0,
                          load_threshold=float("inf"), load_fnc=lambda: 0.0)
     server.rtc_session(entrypoint, agent_name=os.environ.get("DUPLEX_AGENT_NAME", "bench-agent"))
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text=f'duplex_sessions_active{{transport="all"}} {len(server.active_jobs)}\n')
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
@@ -147,10 +130,11 @@ async def serve(metrics_port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--idle", type=int, default=4, help="job processes kept started ahead of dispatch")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("DUPLEX_LOG_LEVEL", "WARNING").upper())
     try:
-        asyncio.run(serve(args.metrics_port))
+        asyncio.run(serve(args.metrics_port, args.idle))
     except KeyboardInterrupt:
         pass
 
