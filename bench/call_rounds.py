@@ -7,6 +7,8 @@ process, so each one's CPU is its own (psutil cpu_times deltas over a steady win
 - ``livekit``: the loopback LiveKit server (``devtools.livekit_server``) and the LiveKit worker
   (``bench.livekit_worker``: ``duplex-agent start`` plus ``/metrics``);
 - ``echo``: the transport floor, bare aiortc peers echoing each caller (``bench.echo_peer``);
+- ``livekit-echo``: the LiveKit barge-in floor, a bare ``livekit.rtc`` agent that answers with a tone
+  and stops on the caller's energy (``bench.livekit_echo_agent``), through the same loopback server;
 - per round, N callers in one process (``bench.livekit_callers``), each looping: say a question,
   hear ~300 ms of the reply, say an interruption that runs on into the next question.
 
@@ -59,8 +61,12 @@ SATURATED = 0.9
 
 
 def kind(path: str) -> str:
-    """direct, livekit or echo: what a path is, whichever checkout runs it."""
+    """direct, livekit, echo or livekit-echo: what a path is, whichever checkout runs it."""
     return path.removesuffix(CONTROL)
+
+
+def over_livekit(path: str) -> bool:
+    return kind(path) in ("livekit", "livekit-echo")
 
 
 def is_control(path: str) -> bool:
@@ -68,7 +74,7 @@ def is_control(path: str) -> bool:
 
 
 def agent_name(path: str) -> str:
-    return AGENT_NAME + ("-control" if is_control(path) else "")
+    return AGENT_NAME + ("-echo" if kind(path) == "livekit-echo" else "") + ("-control" if is_control(path) else "")
 
 
 def describe(path: str) -> str:
@@ -79,7 +85,10 @@ DESCRIBE = {
     "direct": "direct worker (aiortc peers)",
     "livekit": "LiveKit worker (livekit SDK; loopback server's CPU left out)",
     "echo": "bare aiortc echo peer (transport floor)",
+    "livekit-echo": "bare livekit.rtc tone agent (LiveKit barge-in floor)",
 }
+#: The floors: no worker, nothing of this project's on their side of the call.
+FLOORS = ("echo", "livekit-echo")
 
 
 def child_env() -> dict[str, str]:
@@ -364,10 +373,11 @@ class Rig:
             checkout = Path(self.args.control) if is_control(path) else REPO
             python = str(checkout / ".venv" / "bin" / "python") if is_control(path) else sys.executable
             env: dict[str, str] = {}
-            if kind(path) == "livekit":
+            if over_livekit(path):
                 if self.server is None:
                     self.server, self.livekit_url = start_loopback_server(self.log_dir, host)
-                command = [python, "-m", "bench.livekit_worker", "--metrics-port", str(port)]
+                agent = "bench.livekit_worker" if kind(path) == "livekit" else "bench.livekit_echo_agent"
+                command = [python, "-m", agent, "--metrics-port", str(port)]
                 env = {"DUPLEX_PLUGIN": "scripted", "DUPLEX_MAX_SESSIONS": capacity, "LIVEKIT_URL": self.livekit_url,
                        "DUPLEX_AGENT_NAME": agent_name(path)}
             elif kind(path) == "direct":
@@ -420,7 +430,7 @@ class Rig:
         ready_within = 60.0 + 10.0 * sessions  # LiveKit callers join one room at a time
         command = [sys.executable, "-m", "bench.livekit_callers", "--sessions", str(sessions),
                    "--seconds", str(ready_within + args.round_limit), "--speech", self.speech_file]
-        if kind(path) == "livekit":
+        if over_livekit(path):
             command += ["--transport", "livekit", "--url", self.livekit_url, "--agent-name", agent_name(path),
                         "--room-prefix", f"bench-{sessions}-{uuid.uuid4().hex[:6]}"]
         else:
@@ -461,7 +471,7 @@ class Rig:
             await asyncio.sleep(args.warmup)
             result.serving = int((scrape(port) or Scrape()).sessions)
             pids = {"worker": worker.pid, "callers": proc.pid}
-            if kind(path) == "livekit" and self.server is not None:
+            if over_livekit(path) and self.server is not None:
                 pids["server"] = self.server.pid
             spy = start_profile(worker.pid, args.window, self.log_dir / f"{path}-{sessions}.txt") if profile else None
             eot0 = scrape(port)
@@ -655,7 +665,7 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
             print(f"{r.path:16} | {count:>5} | {r.worker_cores:12.3f} | {per:15.2f} | {native} | {eot} | {ratio:>12} | "
                   f"{versus:>9} | "
                   f"{100 * r.loop_waited:10.0f}% | {bi:>23} | "
-                  f"{r.underruns if r.path != 'echo' else '-':>9}" + (f"   [{'; '.join(notes)}]" if notes else ""))
+                  f"{r.underruns if kind(r.path) not in FLOORS else '-':>9}" + (f"   [{'; '.join(notes)}]" if notes else ""))
     for line in skipped:
         print(f"(skipped {line})")
     print()
@@ -716,6 +726,7 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
               f"p50 {histogram_quantile(buckets, 50):.0f} ms, p95 {histogram_quantile(buckets, 95):.0f} ms, "
               f"{100 * at_80:.0f}% within 80 ms (n={int(max(buckets.values()))}); the callers heard it stop "
               f"{summary([v for r in mine for v in r.heard_stop_ms], 'ms')}")
+    report_barge_in_floor(rounds, cores)
     profiled = [r for r in rounds if r.profile]
     if profiled:
         print()
@@ -731,8 +742,26 @@ def report(rig: Rig, rounds: list[Round], skipped: list[str]) -> None:
     print()
     print(f"notes: every process shares this machine's {cores} cores, and other developers' jobs ran beside these "
           "rounds ('rest'): compare the paths within one run (same N, same window), not across runs. The loopback "
-          "LiveKit server is a Python SFU (aiortc) that forwards Opus packets untouched, as LiveKit's does, but "
-          "with aiortc's receive jitter buffer and Python's cost per packet.")
+          "LiveKit server is a Python SFU (aiortc) that forwards Opus RTP untouched as it arrives, as LiveKit's "
+          "does (no jitter buffer, no hold), at Python's cost per packet.")
+
+
+def report_barge_in_floor(rounds: list[Round], cores: int) -> None:
+    """Barge-in as the LiveKit callers heard it (onset sent -> the agent heard to stop), the worker against
+    the bare livekit.rtc agent through the same server in the same run, per call count."""
+    for sessions in sorted({r.sessions for r in rounds}):
+        mine = [r for r in rounds if r.sessions == sessions and kind(r.path) in ("livekit", "livekit-echo")
+                and r.complete]
+        heard = {p: [v for r in mine if kind(r.path) == p for v in r.heard_stop_ms] for p in ("livekit", "livekit-echo")}
+        if not heard["livekit"] or not heard["livekit-echo"]:
+            continue
+        ours, floor = (np.percentile(heard[p], [50, 95]) for p in ("livekit", "livekit-echo"))
+        saturated = sum(r.saturated(cores) for r in mine)
+        print(f"LiveKit barge-in as the caller hears it, {sessions} calls: ours p50 {ours[0]:.0f} / p95 {ours[1]:.0f} ms "
+              f"(n={len(heard['livekit'])}), the bare livekit.rtc agent (floor) p50 {floor[0]:.0f} / p95 "
+              f"{floor[1]:.0f} ms (n={len(heard['livekit-echo'])}): ours beyond the floor p50 {ours[0] - floor[0]:+.0f} "
+              f"ms, p95 {ours[1] - floor[1]:+.0f} ms"
+              + (f" [the machine was saturated in {saturated} of these {len(mine)} rounds]" if saturated else ""))
 
 
 # ---------------------------------------------------------------- main
@@ -817,7 +846,7 @@ def main(paths: tuple[str, ...], title: str, description: str = "", *, args: arg
     started = time.perf_counter()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-calls-"))
     if args.control:
-        paths = tuple(p for path in paths for p in ((path, path + CONTROL) if kind(path) != "echo" else (path,)))
+        paths = tuple(p for path in paths for p in ((path, path + CONTROL) if kind(path) not in FLOORS else (path,)))
     rig = Rig(args, paths, log_dir)
     children_take_sigint()
     signal.signal(signal.SIGTERM, _interrupt)  # unwind through the finally below: every process stops

@@ -6,7 +6,9 @@ a. The livekit FFI fan-outs alone, the SDK's way against ours, alternating, same
 b. Whole calls: three processes besides the callers, the loopback LiveKit server, the LiveKit
    worker (``bench.livekit_worker``, scripted plugin) and the transport floor
    (``bench.echo_peer``); rounds alternate between the worker and the floor at each N (and a
-   ``--control`` checkout's worker, for an A/B). The server's own CPU is reported beside the
+   ``--control`` checkout's worker, for an A/B), and the LiveKit barge-in floor, a bare
+   ``livekit.rtc`` agent (``bench.livekit_echo_agent``) through the same server, whose
+   caller-heard barge-in is printed beside the worker's with the difference. The server's own CPU is reported beside the
    worker's but left out of it. Figures come from the worker's ``/metrics`` and the callers'
    JSON lines (see ``bench.call_rounds``). The issue's marks: per call at 16 within 1.1x of
    per call at 4, and <= 2 % of a core per call.
@@ -34,4 +36,4 @@ if __name__ == "__main__":
               flush=True)
         livekit_rooms.run_and_report(args.session_counts, seconds)
     print("b. whole calls through the loopback LiveKit server", flush=True)
-    sys.exit(main(("livekit", "echo"), "the LiveKit path's CPU per call", args=args))
+    sys.exit(main(("livekit", "livekit-echo", "echo"), "the LiveKit path's CPU per call", args=args))

@@ -4,11 +4,14 @@ Written against: livekit (python rtc SDK) 1.1.21, livekit-agents 1.8.9,
 livekit-protocol 1.1.29, livekit-api 1.2.2, aiortc 1.16.0.
 
 It speaks the v0 ("/rtc", dual peer connection) signal protocol used by the
-Rust core (livekit-ffi) and the agent worker protocol ("/agent"). Media is
-relayed with aiortc (decode + re-encode), data packets are relayed between
-participants over SCTP data channels.
+Rust core (livekit-ffi) and the agent worker protocol ("/agent"). Audio RTP is
+forwarded as it arrives, as LiveKit's SFU does (``media_relay.AudioForwarder``; the
+aiortc internals it relies on are in ``aiortc_seams``); data packets are relayed
+between participants over SCTP data channels. In a test, ``LoopbackLiveKitServer``
+runs it on a thread and event loop of its own; ``python -m devtools.livekit_server``
+runs it as a process.
 """
 
-from .server import LoopbackLiveKitServer
+from .server_thread import LoopbackLiveKitServer
 
 __all__ = ["LoopbackLiveKitServer"]

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from .server import LoopbackLiveKitServer
+from .server import ServerCore
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -25,7 +25,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _main(ns: argparse.Namespace) -> None:
-    server = LoopbackLiveKitServer(
+    server = ServerCore(
         ns.api_key, ns.api_secret, host=ns.host, port=ns.port, advertise_ip=ns.advertise_ip
     )
     await server.start()

@@ -15,7 +15,7 @@ from . import auth
 from .ids import new_sid
 
 if TYPE_CHECKING:
-    from .server import LoopbackLiveKitServer
+    from .server import ServerCore
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class DispatchRecord:
 
 
 class AgentDispatcher:
-    def __init__(self, server: "LoopbackLiveKitServer") -> None:
+    def __init__(self, server: "ServerCore") -> None:
         self._server = server
         self.workers: dict[str, WorkerRecord] = {}
         self.jobs: dict[str, JobRecord] = {}

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
 import logging
-import threading
-from typing import Iterable
+import random
+import time
+from collections import deque
+from typing import Iterable, NamedTuple
 
-import av
 from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCRtpReceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtp import RtpPacket
 from aiortc.sdp import candidate_from_sdp
+
+from .aiortc_seams import RtpWriter, tap_rtp
 
 log = logging.getLogger(__name__)
 
@@ -70,29 +73,133 @@ def media_sections(sdp: str) -> list[dict]:
     return out
 
 
+class Hop(NamedTuple):
+    """One audio packet's pass through the server to one subscriber (perf_counter_ns)."""
+
+    track_sid: str
+    subscriber: str
+    sequence_number: int  # the publisher's
+    arrived_ns: int  # handed to the server by the publisher's SRTP transport
+    sent_ns: int  # rewritten and handed to the subscriber's SRTP transport
+
+
+class Arrival(NamedTuple):
+    track_sid: str
+    sequence_number: int
+    arrived_ns: int
+    lost: bool  # dropped on arrival by ``AudioForwarder.lose`` (fault tests)
+
+
+class ForwardingRecord:
+    """The server's own per-packet record of what it forwarded, newest kept."""
+
+    def __init__(self, maxlen: int = 50_000) -> None:
+        self.hops: deque[Hop] = deque(maxlen=maxlen)
+        self.arrivals: deque[Arrival] = deque(maxlen=maxlen)
+
+
+class AudioForwarder:
+    """A published audio track's packets, sent on to each subscriber as they arrive, as
+    LiveKit's SFU does: no jitter buffer, no decode, no hold. A packet lost on the way in
+    is simply not forwarded; the subscriber sees the gap in sequence numbers."""
+
+    kind = "audio"
+
+    def __init__(self, receiver: RTCRtpReceiver, track_sid: str, record: ForwardingRecord) -> None:
+        self.track_sid = track_sid
+        self._record = record
+        self._subs: set[ForwardedAudioTrack] = set()
+        self._to_lose = 0
+        tap_rtp(receiver, self._on_rtp)
+
+    def lose(self, count: int) -> None:
+        """Drop the next ``count`` packets on arrival, as loss on the publisher's uplink."""
+        self._to_lose += count
+
+    async def _on_rtp(self, packet: RtpPacket) -> None:
+        arrived = time.perf_counter_ns()
+        lost = self._to_lose > 0
+        self._record.arrivals.append(Arrival(self.track_sid, packet.sequence_number, arrived, lost))
+        if lost:
+            self._to_lose -= 1
+            return
+        for sub in list(self._subs):
+            if not sub.writer.ready:
+                continue
+            try:
+                sent = await sub.forward(packet)
+            except ConnectionError:  # that subscriber's transport is going away
+                continue
+            except Exception:  # raised here it would end the publisher's receive loop
+                log.exception("forwarding to %s failed", sub.subscriber)
+                continue
+            self._record.hops.append(Hop(self.track_sid, sub.subscriber, packet.sequence_number,
+                                         arrived, sent))
+
+    def attach(self, pc: RTCPeerConnection, subscriber: str):
+        """A sendonly transceiver on ``pc`` carrying this track; returns (track, transceiver)."""
+        track = ForwardedAudioTrack(self, subscriber)
+        transceiver = pc.addTransceiver(track, direction="sendonly")
+        track.writer = RtpWriter(transceiver.sender)
+        self._subs.add(track)
+        return track, transceiver
+
+    def _detach(self, track: "ForwardedAudioTrack") -> None:
+        self._subs.discard(track)
+
+    async def stop(self) -> None:
+        for sub in list(self._subs):
+            sub.stop()
+
+
+class ForwardedAudioTrack(MediaStreamTrack):
+    """One subscriber's copy of a forwarded audio track. Its id is the LiveKit track sid
+    (aiortc puts it in the msid line). It yields nothing: aiortc's sender task idles on
+    ``recv`` until it ends, and packets go out through ``writer`` instead. Sequence
+    numbers and timestamps are the publisher's shifted by a random offset per
+    subscriber, so gaps and pauses pass through as they came."""
+
+    kind = "audio"
+
+    def __init__(self, forwarder: AudioForwarder, subscriber: str) -> None:
+        super().__init__()
+        self._id = forwarder.track_sid
+        self.subscriber = subscriber
+        self.writer: RtpWriter  # set by AudioForwarder.attach
+        self._forwarder = forwarder
+        self._ended = asyncio.Event()
+        self._seq_offset = random.getrandbits(16)
+        self._ts_offset = random.getrandbits(32)
+
+    async def forward(self, packet: RtpPacket) -> int:
+        """Sends ``packet`` on; when it was handed to the transport (perf_counter_ns)."""
+        return await self.writer.write(packet, (packet.sequence_number + self._seq_offset) & 0xFFFF,
+                                (packet.timestamp + self._ts_offset) & 0xFFFFFFFF)
+
+    async def recv(self):
+        await self._ended.wait()
+        raise MediaStreamError
+
+    def stop(self) -> None:
+        self._forwarder._detach(self)
+        self._ended.set()
+        super().stop()
+
+
 class TrackFanout:
-    """Copies a published track to its subscribers.
+    """Copies a published video track to its subscribers as decoded frames (no test
+    publishes video; audio goes through ``AudioForwarder``)."""
 
-    Audio is forwarded as the publisher's Opus packets, untouched, as LiveKit's SFU does:
-    ``EncodedAudioTap`` takes them from the receiver before aiortc's decoder thread. No
-    decode and no re-encode, so the test server costs little and takes nothing from what
-    the callers hear. Video (no test publishes any) goes through decoded frames.
-    """
+    kind = "video"
 
-    def __init__(self, source: MediaStreamTrack, receiver: RTCRtpReceiver | None = None,
-                 queue_size: int = 50) -> None:
+    def __init__(self, source: MediaStreamTrack, track_sid: str, queue_size: int = 50) -> None:
         self.source = source
-        self.kind = source.kind
+        self.track_sid = track_sid
         self._queue_size = queue_size
         self._subs: set[RelayedTrack] = set()
-        self._task: asyncio.Task | None = None
-        self._tap = EncodedAudioTap(receiver, self._forward) if self.kind == "audio" and receiver is not None else None
+        self._task = asyncio.create_task(self._pump(), name="lk-track-fanout")
 
-    def start(self) -> None:
-        if self._task is None and self._tap is None:
-            self._task = asyncio.create_task(self._pump(), name="lk-track-fanout")
-
-    def _forward(self, item: av.Packet | av.frame.Frame | None) -> None:
+    def _forward(self, item) -> None:
         for sub in list(self._subs):
             sub._push(item)
 
@@ -107,10 +214,10 @@ class TrackFanout:
         finally:
             self._forward(None)
 
-    def subscribe(self, track_sid: str) -> "RelayedTrack":
-        t = RelayedTrack(self, track_sid, self._queue_size)
-        self._subs.add(t)
-        return t
+    def attach(self, pc: RTCPeerConnection, subscriber: str):
+        track = RelayedTrack(self, self.track_sid, self._queue_size)
+        self._subs.add(track)
+        return track, pc.addTransceiver(track, direction="sendonly")
 
     def _unsubscribe(self, t: "RelayedTrack") -> None:
         self._subs.discard(t)
@@ -118,56 +225,17 @@ class TrackFanout:
     async def stop(self) -> None:
         for sub in list(self._subs):
             sub.stop()
-        if self._tap is not None:
-            self._tap.close()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-
-class EncodedAudioTap:
-    """Stands in for an aiortc receiver's decoder queue (set before the receiver starts):
-    each complete encoded frame, on the loop, goes to ``forward`` as an ``av.Packet`` whose
-    pts is its RTP timestamp; None when the receiver stops. aiortc's decoder thread still
-    starts and waits in ``get`` until then."""
-
-    def __init__(self, receiver: RTCRtpReceiver, forward) -> None:
-        if getattr(receiver, "_RTCRtpReceiver__started", True):
-            raise RuntimeError("the receiver has started: its decoder queue can no longer be replaced")
-        self._forward = forward
-        self._stopped = threading.Event()
-        receiver._RTCRtpReceiver__decoder_queue = self  # type: ignore[attr-defined]
-
-    def put(self, task) -> None:
-        if task is None:
-            self.close()
-            return
-        if self._stopped.is_set():
-            return
-        codec, encoded = task
-        packet = av.Packet(encoded.data)
-        packet.pts = encoded.timestamp
-        packet.time_base = fractions.Fraction(1, codec.clockRate)
-        self._forward(packet)
-
-    def get(self) -> None:
-        self._stopped.wait()
-        return None
-
-    def close(self) -> None:
-        if not self._stopped.is_set():
-            self._stopped.set()
-            self._forward(None)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 class RelayedTrack(MediaStreamTrack):
-    """Outgoing track for one subscriber; its id is the LiveKit track sid. Audio comes as
-    packets (aiortc's sender sends them as they are), video as frames."""
+    """Outgoing video track for one subscriber; its id is the LiveKit track sid."""
+
+    kind = "video"
 
     def __init__(self, fanout: TrackFanout, track_sid: str, queue_size: int) -> None:
         super().__init__()
-        self.kind = fanout.kind
         self._id = track_sid  # aiortc puts track.id into the msid line
         self._fanout = fanout
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
@@ -194,3 +262,10 @@ class RelayedTrack(MediaStreamTrack):
         if self._queue.empty():
             self._queue.put_nowait(None)
         super().stop()
+
+
+def make_fanout(track: MediaStreamTrack, receiver: RTCRtpReceiver, track_sid: str,
+                record: ForwardingRecord) -> AudioForwarder | TrackFanout:
+    if track.kind == "audio":
+        return AudioForwarder(receiver, track_sid, record)
+    return TrackFanout(track, track_sid)

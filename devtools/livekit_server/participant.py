@@ -27,13 +27,13 @@ class PublishedTrack:
     info: models.TrackInfo
     cid: str
     publisher: "Participant"
-    fanout: media_relay.TrackFanout | None = None
+    fanout: media_relay.AudioForwarder | media_relay.TrackFanout | None = None
 
 
 @dataclass
 class Subscription:
     track: PublishedTrack
-    relayed: media_relay.RelayedTrack
+    relayed: media_relay.ForwardedAudioTrack | media_relay.RelayedTrack
     transceiver: object
     disabled: bool = False
 
@@ -326,8 +326,7 @@ class Participant:
             log.warning("%s: media track without AddTrackRequest", self.identity)
             return
         pending.info.mid = mid or ""
-        pending.fanout = media_relay.TrackFanout(track, receiver)
-        pending.fanout.start()
+        pending.fanout = media_relay.make_fanout(track, receiver, pending.info.sid, self.room.forwarding)
         self.tracks[pending.info.sid] = pending
         self.info.is_publisher = True
         self.bump_version()
@@ -362,8 +361,7 @@ class Participant:
     def subscribe(self, pub: PublishedTrack) -> None:
         if self.closed or pub.info.sid in self.subscriptions or pub.fanout is None:
             return
-        relayed = pub.fanout.subscribe(pub.info.sid)
-        transceiver = self.sub_pc.addTransceiver(relayed, direction="sendonly")
+        relayed, transceiver = pub.fanout.attach(self.sub_pc, self.identity)
         # msid "<participant sid>|<track sid> <track sid>" is how the SDK maps media to tracks
         transceiver.sender._stream_id = f"{pub.publisher.sid}|{pub.info.sid}"
         self.subscriptions[pub.info.sid] = Subscription(pub, relayed, transceiver)

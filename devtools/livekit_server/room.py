@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from livekit.protocol import models, rtc
 
 from .ids import new_sid
+from .media_relay import ForwardingRecord
 
 if TYPE_CHECKING:
     from .participant import Participant, PublishedTrack
@@ -25,6 +26,7 @@ class Room:
         name: str,
         *,
         on_closed: Callable[["Room"], Awaitable[None]],
+        forwarding: ForwardingRecord,
         departure_timeout: float = 1.0,
         metadata: str = "",
     ) -> None:
@@ -38,6 +40,7 @@ class Room:
         self._on_closed = on_closed
         self._departure_timeout = departure_timeout
         self._close_timer: asyncio.Task | None = None
+        self.forwarding = forwarding  # the server's, shared by its rooms
 
     def info(self) -> models.Room:
         return models.Room(

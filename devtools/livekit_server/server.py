@@ -1,4 +1,5 @@
-"""LoopbackLiveKitServer: aiohttp app wiring signal, rooms and agent dispatch together."""
+"""ServerCore: aiohttp app wiring signal, rooms and agent dispatch together, on one event loop
+(``LoopbackLiveKitServer`` runs it on a thread of its own)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aiohttp import web
 from . import auth, signal
 from .agent_dispatch import AgentDispatcher, DispatchRecord, JobRecord, WorkerRecord
 from .ids import new_sid
+from .media_relay import AudioForwarder, ForwardingRecord
 from .net import interface_ipv4
 from .room import Room
 
@@ -32,8 +34,9 @@ async def _allow_any_origin(request: web.Request, handler: Any) -> web.StreamRes
     return response
 
 
-class LoopbackLiveKitServer:
-    """In-process LiveKit server for tests (see package docstring for versions)."""
+class ServerCore:
+    """The LiveKit server (see package docstring for versions); all of it runs on the loop
+    that started it."""
 
     def __init__(
         self,
@@ -56,6 +59,7 @@ class LoopbackLiveKitServer:
         self.departure_timeout = departure_timeout
         self.rooms: dict[str, Room] = {}
         self.closed_rooms: list[str] = []
+        self.forwarding = ForwardingRecord()
         self._dispatcher = AgentDispatcher(self)
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
@@ -71,7 +75,7 @@ class LoopbackLiveKitServer:
         # ICE candidates we are willing to send to (this machine only)
         return {self.ip}
 
-    async def start(self) -> "LoopbackLiveKitServer":
+    async def start(self) -> "ServerCore":
         app = web.Application(middlewares=[_allow_any_origin])
         app.router.add_get("/", self._health)
         app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
@@ -104,7 +108,7 @@ class LoopbackLiveKitServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "LoopbackLiveKitServer":
+    async def __aenter__(self) -> "ServerCore":
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -146,7 +150,8 @@ class LoopbackLiveKitServer:
         room = self.rooms.get(name)
         if room is not None and not room.closed:
             return room, False
-        room = Room(name, on_closed=self._on_room_closed, departure_timeout=self.departure_timeout)
+        room = Room(name, on_closed=self._on_room_closed, departure_timeout=self.departure_timeout,
+                    forwarding=self.forwarding)
         self.rooms[name] = room
         return room, True
 
@@ -178,6 +183,17 @@ class LoopbackLiveKitServer:
             reason=models.DisconnectReason.PARTICIPANT_REMOVED,
             action=rtc.LeaveRequest.Action.DISCONNECT)))
         await r.remove_participant(p, models.DisconnectReason.PARTICIPANT_REMOVED)
+
+    def lose_packets(self, room: str, identity: str, count: int = 1) -> None:
+        """Drop the next ``count`` packets of each audio track ``identity`` publishes, on
+        arrival, as if lost on its uplink (fault tests)."""
+        r = self.rooms.get(room)
+        p = r.participants.get(identity) if r else None
+        if p is None:
+            raise KeyError(f"{identity!r} is not in room {room!r}")
+        for pt in p.tracks.values():
+            if isinstance(pt.fanout, AudioForwarder):
+                pt.fanout.lose(count)
 
     # -- agents -----------------------------------------------------------
     @property

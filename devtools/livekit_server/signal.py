@@ -15,7 +15,7 @@ from .ids import new_sid
 from .participant import Participant, ParticipantOptions
 
 if TYPE_CHECKING:
-    from .server import LoopbackLiveKitServer
+    from .server import ServerCore
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _capabilities(raw: str) -> list[int]:
     return caps
 
 
-async def validate(server: "LoopbackLiveKitServer", request: web.Request) -> web.Response:
+async def validate(server: "ServerCore", request: web.Request) -> web.Response:
     try:
         auth.join_grant(server.api_key, server.api_secret, _token(request))
     except auth.AuthError as e:
@@ -62,7 +62,7 @@ async def validate(server: "LoopbackLiveKitServer", request: web.Request) -> web
     return web.Response(status=200, text="success")
 
 
-async def rtc_socket(server: "LoopbackLiveKitServer", request: web.Request) -> web.StreamResponse:
+async def rtc_socket(server: "ServerCore", request: web.Request) -> web.StreamResponse:
     try:
         grant = auth.join_grant(server.api_key, server.api_secret, _token(request))
     except auth.AuthError as e:

@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
-from typing import AsyncIterator
 
 import aiohttp
 import numpy as np
 import pytest
-import pytest_asyncio
 from livekit import api, rtc
 from livekit.protocol import agent as agent_pb
 
 from devtools.livekit_server import LoopbackLiveKitServer
+
+from .peers import SineFeeder, eventually, future, join, resolve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -24,78 +23,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning"),
 ]
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[LoopbackLiveKitServer]:
-    srv = LoopbackLiveKitServer(api_key="devkey", api_secret="secret")
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await asyncio.wait_for(srv.stop(), 20)
-
-
-@pytest_asyncio.fixture
-async def rooms() -> AsyncIterator[list[rtc.Room]]:
-    created: list[rtc.Room] = []
-    yield created
-    for r in created:
-        try:
-            await asyncio.wait_for(r.disconnect(), 10)
-        except Exception:
-            pass
-
-
-async def join(server: LoopbackLiveKitServer, rooms: list[rtc.Room], identity: str,
-               room: str, options: rtc.RoomOptions | None = None, **token_kw) -> rtc.Room:
-    r = rtc.Room()
-    rooms.append(r)
-    token = server.mint_token(identity, room, **token_kw)
-    await asyncio.wait_for(r.connect(server.url, token, options or rtc.RoomOptions()), 15)
-    return r
-
-
-class SineFeeder:
-    """Publishes a 440 Hz sine through an rtc.AudioSource in real time."""
-
-    def __init__(self, freq: float = 440.0) -> None:
-        self.source = rtc.AudioSource(48000, 1)
-        self.track = rtc.LocalAudioTrack.create_audio_track("mic", self.source)
-        self._freq = freq
-        self._task: asyncio.Task | None = None
-
-    async def _run(self) -> None:
-        n, t = 480, 0
-        while True:
-            x = np.sin(2 * np.pi * self._freq * (np.arange(n) + t) / 48000) * 8000
-            t += n
-            await self.source.capture_frame(rtc.AudioFrame(x.astype(np.int16).tobytes(), 48000, 1, n))
-
-    def __enter__(self) -> "SineFeeder":
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-
-def future() -> asyncio.Future:
-    return asyncio.get_running_loop().create_future()
-
-
-def resolve(fut: asyncio.Future, value) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-async def eventually(pred, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 # -- signalling basics -----------------------------------------------------
@@ -191,9 +118,8 @@ async def test_late_joiner_mute_unpublish_manual_subscribe(server: LoopbackLiveK
                                          rtc.RoomOptions(auto_subscribe=False)), 15)
         await eventually(lambda: pub.sid in c.remote_participants["alice"].track_publications)
         # The server's own record, once it has made carol's join subscriptions (none, asked for none).
-        carol = server.rooms["pub-room"].participants["carol"]
-        await asyncio.wait_for(carol.announced.wait(), 10)
-        assert carol.subscriptions == {}
+        await eventually(lambda: server.rooms["pub-room"].participants["carol"].announced, 10)
+        assert server.rooms["pub-room"].participants["carol"].subscriptions == {}
         assert not c_sub.done()
         c.remote_participants["alice"].track_publications[pub.sid].set_subscribed(True)
         assert await asyncio.wait_for(c_sub, 10) == pub.sid
@@ -375,9 +301,8 @@ async def test_full_worker_is_not_dispatched(server: LoopbackLiveKitServer) -> N
     proc = await start_worker(server, "busy-agent", full=True)
     try:
         worker = await server.wait_for_worker("busy-agent", timeout=20)
-        await server._dispatcher.wait_for(
-            lambda: worker.status == agent_pb.WorkerStatus.WS_FULL, timeout=10)
-        assert not worker.available
+        await eventually(lambda: server.workers[worker.id].status == agent_pb.WorkerStatus.WS_FULL, 10)
+        assert not server.workers[worker.id].available
         d = await server.create_dispatch("busy-room", "busy-agent")
         assert d.state == "no_worker" and d.job_id is None
         assert (worker.id, "full") in d.skipped
@@ -432,7 +357,7 @@ async def test_raw_worker_full_then_available(server: LoopbackLiveKitServer) -> 
         claims = api.TokenVerifier(server.api_key, server.api_secret).verify(assignment.token)
         assert claims.identity == "raw-bot" and claims.kind == "agent"
         assert claims.video is not None and claims.video.room == "raw-room"
-        await eventually(lambda: d.state == "assigned")
+        await eventually(lambda: server.dispatches[d.id].state == "assigned")
 
         await send(agent_pb.WorkerMessage(update_job=agent_pb.UpdateJobStatus(
             job_id=req.job.id, status=agent_pb.JobStatus.JS_RUNNING)))

@@ -1,0 +1,89 @@
+"""Every use of aiortc internals by the loopback SFU, in one place.
+
+Checked against aiortc 1.16.0 (rtcrtpreceiver.py, rtcrtpsender.py, rtcdtlstransport.py).
+The SFU forwards audio RTP as it arrives, as LiveKit's does, so it steps around two of
+aiortc's stages:
+
+- the receiver: ``RTCDtlsTransport`` awaits ``receiver._handle_rtp_packet(packet, ...)``
+  for each SRTP packet it has unprotected; that method feeds the JitterBuffer
+  (capacity 16, prefetch 4: a packet leaves only once 4 newer have come) and the
+  decoder. ``tap_rtp`` puts a handler in its place, so packets leave on arrival and
+  nothing is decoded;
+- the sender: its RTP task takes frames or packets from a track and numbers them
+  itself, which would hide a lost packet and add a hop through the loop.
+  ``RtpWriter`` writes the publisher's packets straight onto the subscriber's SRTP
+  transport (``RTCDtlsTransport._send_rtp``, which never suspends), with the sender's
+  SSRC, its negotiated payload type and header extensions, and keeps the counters its
+  RTCP sender reports are built from.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Awaitable, Callable
+
+from aiortc import RTCRtpReceiver, RTCRtpSender, clock
+from aiortc.rtp import HeaderExtensionsMap, RtpPacket
+
+RtpHandler = Callable[[RtpPacket], Awaitable[None]]
+
+
+def tap_rtp(receiver: RTCRtpReceiver, handler: RtpHandler) -> None:
+    """Route every RTP packet of ``receiver`` to ``handler`` instead of its jitter buffer
+    and decoder (whose thread still starts and idles until the receiver stops)."""
+    codecs: dict[int, str] = {}
+    receive = receiver.receive
+
+    async def _receive(parameters) -> None:
+        codecs.update({c.payloadType: c.mimeType.lower() for c in parameters.codecs})
+        await receive(parameters)
+
+    async def _handle_rtp_packet(packet: RtpPacket, arrival_time_ms: int) -> None:
+        if receiver._enabled and codecs.get(packet.payload_type) == "audio/opus":
+            await handler(packet)
+
+    receiver.receive = _receive  # type: ignore[method-assign]
+    receiver._handle_rtp_packet = _handle_rtp_packet  # type: ignore[method-assign]
+
+
+class RtpWriter:
+    """Sends RTP on a subscriber's sender once aiortc has started it (negotiated)."""
+
+    def __init__(self, sender: RTCRtpSender) -> None:
+        self._sender = sender
+        self._payload_type: int | None = None
+        self._mid: str | None = None
+        self._extensions = HeaderExtensionsMap()
+        send = sender.send
+
+        async def _send(parameters) -> None:
+            self._payload_type = parameters.codecs[0].payloadType
+            self._mid = parameters.muxId
+            self._extensions.configure(parameters)
+            await send(parameters)
+
+        sender.send = _send  # type: ignore[method-assign]
+
+    @property
+    def ready(self) -> bool:
+        return self._payload_type is not None and self._sender.transport.state == "connected"
+
+    async def write(self, source: RtpPacket, sequence_number: int, timestamp: int) -> int:
+        """Sends the packet; returns when it was handed to the SRTP transport (perf_counter_ns),
+        which stamp leaves out the GIL waits of SRTP and sendto, whose C calls release it."""
+        packet = RtpPacket(payload_type=self._payload_type, marker=source.marker,
+                           sequence_number=sequence_number, timestamp=timestamp,
+                           ssrc=self._sender._ssrc, payload=source.payload)
+        packet.extensions.mid = self._mid
+        packet.extensions.abs_send_time = (clock.current_ntp_time() >> 14) & 0x00FFFFFF
+        packet.extensions.audio_level = source.extensions.audio_level
+        data = packet.serialize(self._extensions)
+        handed_ns = time.perf_counter_ns()
+        await self._sender.transport._send_rtp(data)
+        # what the sender's RTCP sender report reads (its own RTP task sends nothing)
+        s = self._sender
+        s._RTCRtpSender__ntp_timestamp = clock.current_ntp_time()  # type: ignore[attr-defined]
+        s._RTCRtpSender__rtp_timestamp = timestamp  # type: ignore[attr-defined]
+        s._RTCRtpSender__octet_count += len(source.payload)  # type: ignore[attr-defined]
+        s._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
+        return handed_ns
