@@ -3,14 +3,13 @@ with what the receiver got compared against what the forwarder says it did."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from devtools.netem import ImpairedLink, Impairment, GilbertElliott, TO_WORKER, socket_in
+from devtools.netem import TO_WORKER, GilbertElliott, ImpairedLink, Impairment, socket_in
 from devtools.netem.link import PREFIX
 from devtools.netem.namespaces import namespaces
 
