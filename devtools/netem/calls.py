@@ -1,0 +1,123 @@
+"""A whole call across an ImpairedLink: the worker (``duplex-agent serve``) in the worker's
+namespace, the caller program (``devtools.netem.caller``) in the caller's, and how what the
+worker's recognizer heard is scored against what the caller said."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from devtools.netem.link import ImpairedLink
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_PORT = 8090
+#: The worker's env switch for the caller's receive buffer (a worker without it ignores it).
+RECEIVE_BUFFER_ENV = "DUPLEX_RECEIVE_BUFFER"
+_NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
+            "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
+_FUNCTION_WORDS = set("a an the to for of and or in on at is are am be i me my you your we our it that this "
+                      "please would like about whether with".split())
+
+
+def content_words(text: str) -> list[str]:
+    """The words that carry the meaning: lower case, digits spelled out, function words dropped."""
+    found = (_NUMBERS.get(w, w) for w in re.findall(r"[a-z0-9']+", text.lower()))
+    return [w for w in found if w not in _FUNCTION_WORDS]
+
+
+def recall(said: str, heard: str) -> float:
+    """The share of ``said``'s content words that appear in ``heard``."""
+    wanted, got = content_words(said), set(content_words(heard))
+    return sum(w in got for w in wanted) / len(wanted) if wanted else 1.0
+
+
+def write_clips(folder: Path, question: np.ndarray, long: np.ndarray, stop: np.ndarray) -> Path:
+    """The caller's three clips (48 kHz float32) as the .npy files it reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, audio in (("question", question), ("long", long), ("stop", stop)):
+        np.save(folder / f"{name}.npy", audio.astype(np.float32))
+    return folder
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DUPLEX_API_KEY"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p))
+    env.update(extra)
+    return env
+
+
+def start_worker(link: ImpairedLink, log: IO[str], env: dict[str, str] | None = None,
+                 *flags: str) -> subprocess.Popen:
+    """The embedded worker (reference model, echo responder) in the worker's namespace, serving
+    on its address there; its output goes to ``log``. The link ends it when it closes."""
+    address = link.address["worker"]
+    command = [*link.exec_prefix("worker"), sys.executable, "-m", "duplex_agent.agent.app.cli", "serve",
+               "--host", address, "--port", str(WORKER_PORT), "--plugin", "reference", "--responder", "echo",
+               "--ice-address", address, "--allow-unauthenticated", *flags]
+    return subprocess.Popen(command, env=_env(env or {}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def worker_url(link: ImpairedLink) -> str:
+    return f"http://{link.address['worker']}:{WORKER_PORT}"
+
+
+class CallerStepFailed(RuntimeError):
+    pass
+
+
+class CallerProcess:
+    """The caller program in the caller's namespace; ``step(cmd)`` sends one command and returns
+    its JSON answer (raising on a missing answer, not on ``ok: false``)."""
+
+    def __init__(self, link: ImpairedLink, clips: Path, log: IO[str]) -> None:
+        command = [*link.exec_prefix("caller"), sys.executable, "-m", "devtools.netem.caller",
+                   "--url", worker_url(link), "--ice-address", link.address["caller"], "--clips", str(clips)]
+        self._proc = subprocess.Popen(command, env=_env({}), cwd=ROOT, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+        self._answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True, name="netem-caller-out").start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith("{"):
+                self._answers.put(line)
+        self._answers.put("")
+
+    def step(self, cmd: str, timeout: float = 360) -> dict:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps({"cmd": cmd}) + "\n")
+        self._proc.stdin.flush()
+        try:
+            line = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise CallerStepFailed(f"the caller did not answer {cmd!r} in {timeout:.0f} s") from None
+        if not line:
+            raise CallerStepFailed(f"the caller exited ({self._proc.poll()}) before answering {cmd!r}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> CallerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
