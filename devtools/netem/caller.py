@@ -193,7 +193,7 @@ class Call:
         return "speaking" in states and states[-1] == "listening"
 
     async def barge_in(self) -> dict:
-        mark, loud_mark = len(self.events), len(self.loud_at)
+        loud_mark = len(self.loud_at)
         self.mic.say(self.clips["long"])
         if not await self.until(lambda: self.mic.last_speech_sent_at is not None, 30):
             return {"ok": False, "error": "the long question was not sent"}

@@ -34,6 +34,7 @@ class Forwarder:
         self._held: list[tuple[float, int, str, bytes]] = []  # (release at, arrival number, direction, packet)
         self._arrivals = 0
         self._latest_delivered = {TO_WORKER: -1, TO_CALLER: -1}
+        self._last_udp_delivered_at = {TO_WORKER: 0.0, TO_CALLER: 0.0}
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="netem-forwarder", daemon=True)
@@ -57,6 +58,11 @@ class Forwarder:
         """Drop every UDP packet, both ways, for the next ``seconds``."""
         with self._lock:
             self._blackout_until = time.monotonic() + seconds
+
+    def flowing_again(self, *directions: str) -> bool:
+        """True once UDP has been delivered in ``directions`` (default: both) since the last blackout ended."""
+        with self._lock:
+            return all(self._last_udp_delivered_at[d] > self._blackout_until for d in directions or self._fds)
 
     def counts(self) -> dict[str, DirectionCounts]:
         """A copy of each direction's counts."""
@@ -109,6 +115,7 @@ class Forwarder:
                 if arrival < self._latest_delivered[direction]:
                     counts.reordered += 1
                 self._latest_delivered[direction] = max(self._latest_delivered[direction], arrival)
+                self._last_udp_delivered_at[direction] = time.monotonic()
         try:
             os.write(self._fds[direction][1], packet)
         except OSError:

@@ -24,7 +24,7 @@ import subprocess
 import time
 
 from devtools.netem import namespaces as ns
-from devtools.netem.forwarder import Forwarder
+from devtools.netem.forwarder import TO_CALLER, TO_WORKER, Forwarder
 from devtools.netem.impairments import CLEAN, DirectionCounts, Impairment
 
 PREFIX = "dxnetem-"
@@ -118,8 +118,30 @@ class ImpairedLink:
         return ["ip", "netns", "exec", self.namespace[side]]
 
     def counts(self) -> dict[str, DirectionCounts]:
+        """What the forwarder really did to each direction's UDP so far (``TO_WORKER``, ``TO_CALLER``)."""
         assert self.forwarder is not None
         return self.forwarder.counts()
+
+    def impair(self, to_worker: Impairment = CLEAN, to_caller: Impairment = CLEAN) -> None:
+        """From now on, impair each direction so (the counts carry on)."""
+        assert self.forwarder is not None
+        self.forwarder.set_impairment(TO_WORKER, to_worker)
+        self.forwarder.set_impairment(TO_CALLER, to_caller)
+
+    def blackout(self, seconds: float) -> None:
+        """Drop every UDP packet both ways for the next ``seconds``."""
+        assert self.forwarder is not None
+        self.forwarder.blackout(seconds)
+
+    def wait_flowing(self, timeout: float) -> bool:
+        """Wait until UDP has gone through both ways since the last blackout ended; whether it has."""
+        assert self.forwarder is not None
+        deadline = time.monotonic() + timeout
+        while not self.forwarder.flowing_again():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def close(self) -> None:
         for name in self.namespace.values():
