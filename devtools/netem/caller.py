@@ -12,6 +12,7 @@ stdout (``{"ok": false, "error": ...}`` when the step did not happen):
 - ``{"cmd": "barge_in"}``: say ``long.npy``, and once the reply has been heard for 0.5 s, say
   ``stop.npy`` over it; barge-in as heard (first loud frame of the interruption sent -> last
   loud frame of the agent heard) and whether the agent stopped (cancelled or cleared, then quiet);
+  the agent may then answer the interruption;
 - ``{"cmd": "state"}``: the peer connection's and the data channel's states, the close reason;
 - ``{"cmd": "hangup"}``: close the call.
 
@@ -212,7 +213,6 @@ class Call:
         await self.until(cut, 5)
         loud = [t for t in self.loud_at if onset <= t <= window_end]
         last_loud = loud[-1] if loud else onset
-        await self.until(lambda: self._back_to_listening(stop_mark), 20)  # the reply to "stop" plays out
         return {"ok": True, "barge_in_ms": round(1000 * (last_loud - onset)),
                 "stopped": cut() and window_end - last_loud >= STOPPED_QUIET_S}
 

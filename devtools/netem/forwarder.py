@@ -64,6 +64,12 @@ class Forwarder:
         with self._lock:
             return all(self._last_udp_delivered_at[d] > self._blackout_until for d in directions or self._fds)
 
+    def reset_counts(self) -> None:
+        """Start every direction's counts from zero."""
+        with self._lock:
+            for impairer in self._impairers.values():
+                impairer.counts = DirectionCounts()
+
     def counts(self) -> dict[str, DirectionCounts]:
         """A copy of each direction's counts."""
         with self._lock:

@@ -122,6 +122,10 @@ class ImpairedLink:
         assert self.forwarder is not None
         return self.forwarder.counts()
 
+    def reset_counts(self) -> None:
+        assert self.forwarder is not None
+        self.forwarder.reset_counts()
+
     def impair(self, to_worker: Impairment = CLEAN, to_caller: Impairment = CLEAN) -> None:
         """From now on, impair each direction so (the counts carry on)."""
         assert self.forwarder is not None
