@@ -18,7 +18,8 @@ a long one and talks over the reply. Per condition and mode it prints:
 - barge-in: as the caller hears it, p50 (first loud frame of the interruption sent -> last
   loud frame of the agent heard), and in how many trials the agent stopped;
 - what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
-  caller): dropped, reordered, longest run of drops.
+  caller): dropped, reordered, longest run of drops;
+- offers the worker refused as not JSON and the caller sent again (issue 20, point 2).
 The clean line is the floor of the others. Never passes or fails.
 
 Run: python -m bench.lossy_network [--trials N] [--modes adaptive,aiortc] [--conditions clean,bursts]
@@ -74,6 +75,7 @@ class Trials:
     barge_in_ms: list[float] = field(default_factory=list)
     stopped: int = 0
     failed: list[str] = field(default_factory=list)
+    offers_refused: int = 0  # offers the worker refused as not JSON (issue 20, point 2), then sent again
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # direction -> the forwarder's counts
 
     @property
@@ -91,6 +93,7 @@ class Rig:
 def one_trial(rig: Rig, trials: Trials) -> None:
     try:
         connected = rig.caller.step("connect")
+        trials.offers_refused += connected.get("offers_refused", 0)
         if not connected["ok"]:
             trials.failed.append(f"connect: {connected['error']}")
             return
@@ -121,6 +124,8 @@ def line(condition: str, mode: str, t: Trials) -> str:
            f" dropped, {up.get('reordered', 0)}/{down.get('reordered', 0)} reordered,"
            f" run<={up.get('longest_loss_run', 0)}/{down.get('longest_loss_run', 0)}")
     failed = f"  failed: {'; '.join(t.failed)}" if t.failed else ""
+    if t.offers_refused:
+        failed += f"  ({t.offers_refused} offer(s) refused as not JSON, sent again)"
     return (f"{condition:<19} {mode:<9} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
             f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {net}{failed}")
 
@@ -158,8 +163,9 @@ def main() -> None:
             caller_log = stack.enter_context(open(folder / f"caller-{mode}.log", "w"))
             rigs.append(Rig(mode, link, stack.enter_context(CallerProcess(link, clips, caller_log))))
         for rig in rigs:  # the models' first turn is slow: a warm-up call on a clean link, not counted
-            warm = [rig.caller.step(step)["ok"] for step in ("connect", "turn", "hangup")]
-            print(f"   warm-up call ({rig.mode}): {'ok' if all(warm) else 'failed'}", flush=True)
+            answers = [rig.caller.step(step) for step in ("connect", "turn", "hangup")]
+            failed = [a.get("error") for a in answers if not a["ok"]]
+            print(f"   warm-up call ({rig.mode}): {'failed: ' + str(failed) if failed else 'ok'}", flush=True)
         print(f"{'condition':<19} {'buffer':<9} {'heard':>6} {'all':<5} {'reply':<7}{'turn p50':>10} "
               f"{'barge-in p50':>11} {'stopped':<6} forwarder (caller->worker / worker->caller)", flush=True)
         for condition in conditions:
