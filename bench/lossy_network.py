@@ -22,7 +22,17 @@ a long one and talks over the reply. Per condition and mode it prints:
 - offers the worker refused as not JSON and the caller sent again (issue 20, point 2).
 The clean line is the floor of the others. Never passes or fails.
 
+``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit
+SDK (``bench.livekit_callers``) in the caller's namespace; the loopback LiveKit server and
+a LiveKit worker (``duplex-agent start``) in the worker's, talking to each other unimpaired.
+The caller barges in on each reply again and again for ``--livekit-seconds``; per condition:
+barge-ins tried, barge-in as heard (interruption's onset sent -> the agent quiet at the
+caller) p50, replies that played out anyway, questions with no reply, reply latency p50
+(the question's end sent -> first loud reply frame), and the forwarder's counts. It does
+not read what the worker recognized.
+
 Run: python -m bench.lossy_network [--trials N] [--modes adaptive,aiortc] [--conditions clean,bursts]
+         [--livekit [--livekit-seconds S]]
 (as root: it makes network namespaces).
 """
 
@@ -42,7 +52,9 @@ from devtools.netem.calls import (
     RECEIVE_BUFFER_ENV,
     CallerProcess,
     content_words,
+    livekit_callers,
     recall,
+    start_livekit,
     start_worker,
     worker_has_receive_buffer_switch,
     write_clips,
@@ -60,8 +72,8 @@ CONDITIONS: dict[str, Impairment] = {
     "3% loss + 40±15 ms": Impairment(loss=0.03, delay_ms=40, jitter_ms=15),
     "10% loss": Impairment(loss=0.10),
     "40±15 ms jitter": JITTER,
-    # ~4.8 % of packets in the bad state, 10 packets per burst on average (the longest about 20).
-    "bursts ~5%": Impairment(bursts=GilbertElliott(p=0.005, r=0.1)),
+    # ~4.5 % of packets in the bad state, 6.7 packets per burst on average (the longest 20-30 in a call).
+    "bursts ~5%": Impairment(bursts=GilbertElliott(p=0.007, r=0.15)),
 }
 SHORT_NAMES = {"clean": "clean", "3%": "3% loss + 40±15 ms", "10%": "10% loss", "jitter": "40±15 ms jitter",
                "bursts": "bursts ~5%"}
@@ -130,6 +142,34 @@ def line(condition: str, mode: str, t: Trials) -> str:
             f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {net}{failed}")
 
 
+def forwarder_counts(counts: dict) -> str:
+    up, down = counts[TO_WORKER].as_dict(), counts[TO_CALLER].as_dict()
+    return (f"{up['dropped']}/{down['dropped']} of {up['udp_in']}/{down['udp_in']} dropped, "
+            f"{up['reordered']}/{down['reordered']} reordered, run<={up['longest_loss_run']}/{down['longest_loss_run']}")
+
+
+def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int) -> None:
+    print(f"\n== the LiveKit path through the same link: one caller (livekit SDK) barging in for {seconds:g} s "
+          "per condition; loopback LiveKit server + LiveKit worker behind the link ==", flush=True)
+    with ExitStack() as stack:
+        link = stack.enter_context(ImpairedLink(seed=seed + 1000))
+        url = start_livekit(link, stack.enter_context(open(folder / "livekit-server.log", "w")),
+                            stack.enter_context(open(folder / "livekit-worker.log", "w")))
+        caller_log = stack.enter_context(open(folder / "livekit-caller.log", "w"))
+        warm = livekit_callers(link, url, min(seconds, 15.0), caller_log)  # waits for the worker; not counted
+        print(f"   warm-up: {warm['callers'][0].get('error') or 'ok'}", flush=True)
+        print(f"{'condition':<19} {'barge-ins':>9} {'heard stop p50':>14} {'played out':>10} {'no reply':>8} "
+              f"{'reply p50':>9}   forwarder (caller->worker / worker->caller)", flush=True)
+        for condition in conditions:
+            link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
+            link.reset_counts()
+            caller = livekit_callers(link, url, seconds, caller_log)["callers"][0]
+            error = f"  error: {caller['error']}" if caller.get("error") else ""
+            print(f"{condition:<19} {caller['attempts']:>9} {p50(caller['heard_stop_ms'])} ms     "
+                  f"{caller['played_out']:>10} {caller['no_reply']:>8} {p50(caller['reply_after_ms'])} ms   "
+                  f"{forwarder_counts(link.counts())}{error}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1, help="calls per condition and mode")
@@ -137,6 +177,9 @@ def main() -> None:
     parser.add_argument("--conditions", default=",".join(SHORT_NAMES),
                         help=f"comma-separated, of: {', '.join(SHORT_NAMES)}")
     parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--livekit", action="store_true", help="then the LiveKit path under the same conditions")
+    parser.add_argument("--livekit-seconds", type=float, default=30.0, help="the LiveKit caller's time per condition")
+    parser.add_argument("--no-direct", action="store_true", help="skip the direct calls (with --livekit)")
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
@@ -154,6 +197,15 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="lossy-network-"))
     clips = write_clips(folder / "clips", speak(QUESTION, 48000, before_ms=300, after_ms=1200),
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
+    if not args.no_direct:
+        direct_part(args, modes, conditions, clips, folder)
+    if args.livekit:
+        livekit_part(conditions, args.livekit_seconds, folder, args.seed)
+    print(f"({time.perf_counter() - started:.0f} s; logs in {folder})")
+
+
+def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str], clips: Path,
+                folder: Path) -> None:
     with ExitStack() as stack:
         rigs = []
         for i, mode in enumerate(modes):
@@ -179,7 +231,6 @@ def main() -> None:
             for rig in rigs:
                 results[rig.mode].counts = {d: c.as_dict() for d, c in rig.link.counts().items()}
                 print(line(condition, rig.mode, results[rig.mode]), flush=True)
-    print(f"({time.perf_counter() - started:.0f} s; logs in {folder})")
 
 
 if __name__ == "__main__":

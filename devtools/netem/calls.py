@@ -20,6 +20,9 @@ from devtools.netem.link import ImpairedLink
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_PORT = 8090
+SFU_PORT = 7880
+LIVEKIT_AGENT = "netem-agent"
+LIVEKIT_KEY, LIVEKIT_SECRET = "devkey", "netem-loopback-secret-0123456789abcdef"
 #: The worker's env switch for the caller's receive buffer (a worker without it ignores it).
 RECEIVE_BUFFER_ENV = "DUPLEX_RECEIVE_BUFFER"
 _NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
@@ -61,7 +64,8 @@ def write_clips(folder: Path, question: np.ndarray, long: np.ndarray, stop: np.n
     return folder
 
 
-def _env(extra: dict[str, str]) -> dict[str, str]:
+def environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment for a program of this tree: offline, the repository importable."""
     env = {k: v for k, v in os.environ.items() if k != "DUPLEX_API_KEY"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p))
@@ -77,7 +81,7 @@ def start_worker(link: ImpairedLink, log: IO[str], env: dict[str, str] | None = 
     command = [*link.exec_prefix("worker"), sys.executable, "-m", "duplex_agent.agent.app.cli", "serve",
                "--host", address, "--port", str(WORKER_PORT), "--plugin", "reference", "--responder", "echo",
                "--ice-address", address, "--allow-unauthenticated", *flags]
-    return subprocess.Popen(command, env=_env(env or {}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+    return subprocess.Popen(command, env=environment(env or {}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, text=True)
 
 
@@ -96,7 +100,7 @@ class CallerProcess:
     def __init__(self, link: ImpairedLink, clips: Path, log: IO[str]) -> None:
         command = [*link.exec_prefix("caller"), sys.executable, "-m", "devtools.netem.caller",
                    "--url", worker_url(link), "--ice-address", link.address["caller"], "--clips", str(clips)]
-        self._proc = subprocess.Popen(command, env=_env({}), cwd=ROOT, stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen(command, env=environment({}), cwd=ROOT, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
         self._answers: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True, name="netem-caller-out").start()
@@ -134,3 +138,43 @@ class CallerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def start_livekit(link: ImpairedLink, sfu_log: IO[str], worker_log: IO[str]) -> str:
+    """The loopback LiveKit server and a LiveKit worker (``duplex-agent start``, reference model,
+    echo responder) in the worker's namespace; the server's URL. The worker reaches the server
+    inside that namespace (unimpaired); only a caller in the caller's namespace crosses the link.
+    The link ends both when it closes."""
+    address = link.address["worker"]
+    sfu = subprocess.Popen([*link.exec_prefix("worker"), sys.executable, "-m", "devtools.livekit_server",
+                            "--host", address, "--port", str(SFU_PORT), "--advertise-ip", address,
+                            "--api-key", LIVEKIT_KEY, "--api-secret", LIVEKIT_SECRET, "--print-url"],
+                           env=environment({}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=sfu_log, text=True)
+    assert sfu.stdout is not None
+    url = sfu.stdout.readline().strip()
+    if not url.startswith("ws://"):
+        raise RuntimeError(f"the loopback LiveKit server did not start (exit {sfu.poll()})")
+    env = environment({"LIVEKIT_URL": url, "LIVEKIT_API_KEY": LIVEKIT_KEY, "LIVEKIT_API_SECRET": LIVEKIT_SECRET,
+                       # the reference model on a loaded 2-core machine can take seconds per sentence
+                       "DUPLEX_BACKEND_STALL_TIMEOUT": "20"})
+    subprocess.Popen([*link.exec_prefix("worker"), sys.executable, "-m", "duplex_agent.agent.app.cli", "start",
+                      "--agent-name", LIVEKIT_AGENT, "--plugin", "reference", "--responder", "echo",
+                      "--max-sessions", "2"],
+                     env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=worker_log, stderr=subprocess.STDOUT)
+    return url
+
+
+def livekit_callers(link: ImpairedLink, url: str, seconds: float, log: IO[str]) -> dict:
+    """``bench.livekit_callers`` (one caller on the real livekit SDK, barging in again and again)
+    in the caller's namespace for ``seconds``; its final JSON figures."""
+    command = [*link.exec_prefix("caller"), sys.executable, "-m", "bench.livekit_callers", "--transport", "livekit",
+               "--url", url, "--api-key", LIVEKIT_KEY, "--api-secret", LIVEKIT_SECRET, "--agent-name", LIVEKIT_AGENT,
+               "--sessions", "1", "--seconds", str(seconds), "--ignore-stdin"]
+    done = subprocess.run(command, env=environment({}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=log, text=True, timeout=seconds + 120)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    final = [line for line in lines if line.get("event") == "done"]
+    if not final:
+        raise RuntimeError(f"bench.livekit_callers ended ({done.returncode}) without its figures")
+    return final[0]
