@@ -108,7 +108,7 @@ class Forwarder:
                 delay = impairer.delay_for_next(time.monotonic() < self._blackout_until)
         if delay is None:
             return
-        if delay > 0 or self._held:
+        if delay > 0:
             heapq.heappush(self._held, (time.monotonic() + delay, self._arrivals, direction, packet))
         else:
             self._deliver(direction, packet, self._arrivals)
