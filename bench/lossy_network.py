@@ -189,11 +189,6 @@ def main() -> None:
     from devtools.speech import speak
 
     started = time.perf_counter()
-    switch = worker_has_receive_buffer_switch()
-    print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and mode; "
-          f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==")
-    if not switch:
-        print(f"   note: this worker has no {RECEIVE_BUFFER_ENV} switch: every mode is aiortc's jitter buffer")
     folder = Path(tempfile.mkdtemp(prefix="lossy-network-"))
     clips = write_clips(folder / "clips", speak(QUESTION, 48000, before_ms=300, after_ms=1200),
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
@@ -206,6 +201,10 @@ def main() -> None:
 
 def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str], clips: Path,
                 folder: Path) -> None:
+    print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and mode; "
+          f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==", flush=True)
+    if not worker_has_receive_buffer_switch():
+        print(f"   note: this worker has no {RECEIVE_BUFFER_ENV} switch: every mode is aiortc's jitter buffer")
     with ExitStack() as stack:
         rigs = []
         for i, mode in enumerate(modes):
