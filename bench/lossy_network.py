@@ -72,8 +72,8 @@ CONDITIONS: dict[str, Impairment] = {
     "3% loss + 40±15 ms": Impairment(loss=0.03, delay_ms=40, jitter_ms=15),
     "10% loss": Impairment(loss=0.10),
     "40±15 ms jitter": JITTER,
-    # ~4.5 % of packets in the bad state, 6.7 packets per burst on average (the longest 20-30 in a call).
-    "bursts ~5%": Impairment(bursts=GilbertElliott(p=0.007, r=0.15)),
+    # ~4.5 % of packets in the bad state, 6.7 packets per burst on average, 20 at most.
+    "bursts ~5%": Impairment(bursts=GilbertElliott(p=0.007, r=0.15, max_bad=20)),
 }
 SHORT_NAMES = {"clean": "clean", "3%": "3% loss + 40±15 ms", "10%": "10% loss", "jitter": "40±15 ms jitter",
                "bursts": "bursts ~5%"}

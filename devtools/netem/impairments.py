@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 class GilbertElliott:
     """Two-state burst loss: from good to bad with ``p`` per packet, back with ``r``;
     ``loss_bad`` / ``loss_good`` are the loss rates in each state. The long-run share
-    of packets in the bad state is p / (p + r); a burst lasts 1 / r packets on average."""
+    of packets in the bad state is p / (p + r); a burst lasts 1 / r packets on average.
+    ``max_bad`` (if set) ends a stay in the bad state after that many packets."""
 
     p: float
     r: float
     loss_bad: float = 1.0
     loss_good: float = 0.0
+    max_bad: int | None = None
 
     @property
     def expected_loss(self) -> float:
@@ -82,6 +84,7 @@ class Impairer:
         self.counts = DirectionCounts()
         self._rng = random.Random(seed)
         self._bad = False
+        self._bad_for = 0  # packets in the bad state so far in this stay
 
     def delay_for_next(self, blackout: bool) -> float | None:
         """Seconds to hold the next UDP packet, or None to drop it."""
@@ -91,6 +94,9 @@ class Impairer:
         if imp.bursts:
             ge = imp.bursts
             self._bad = (rng.random() >= ge.r) if self._bad else (rng.random() < ge.p)
+            self._bad_for = self._bad_for + 1 if self._bad else 0
+            if ge.max_bad is not None and self._bad_for > ge.max_bad:
+                self._bad, self._bad_for = False, 0
             if rng.random() < (ge.loss_bad if self._bad else ge.loss_good):
                 dropped = "burst"
         if dropped is None and imp.loss and rng.random() < imp.loss:

@@ -90,7 +90,7 @@ def test_jitter_reorders_and_the_count_matches_what_arrived():
 
 
 def test_burst_loss_loses_runs_of_packets():
-    bursts = GilbertElliott(p=0.005, r=0.1)
+    bursts = GilbertElliott(p=0.005, r=0.1, max_bad=20)
     with ImpairedLink(to_worker=Impairment(bursts=bursts), seed=5) as link:
         got = send_and_receive(link, 3000, spacing_s=0.001)
         counts = link.counts()[TO_WORKER]
@@ -105,7 +105,7 @@ def test_burst_loss_loses_runs_of_packets():
     runs.append(run)
     assert len(missing) == counts.dropped_burst == counts.dropped
     assert 0.01 < len(missing) / 3000 < 0.12
-    assert max(runs) == counts.longest_loss_run >= 5
+    assert 20 >= max(runs) == counts.longest_loss_run >= 5
 
 
 def test_a_blackout_drops_everything_for_its_length():
