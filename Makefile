@@ -60,12 +60,19 @@ frontend/node_modules/.installed: frontend/package-lock.json
 install: $(VENV)/.installed-run frontend/node_modules/.installed
 install-dev: $(VENV)/.installed-dev frontend/node_modules/.installed
 
-# Headless Chromium and its driver for the browser tests, espeak-ng for a second voice (Debian packages).
+# Headless Chromium and its driver for the browser tests, espeak-ng for a second voice, iproute2 for
+# network namespaces (Debian packages).
 system-deps:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v espeak-ng >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver espeak-ng >/dev/null; \
 		else echo "note: chromium, chromedriver or espeak-ng missing and cannot be installed here; tests that need them skip"; fi; \
+	fi
+	@# ip (iproute2) for the impaired-network tests' namespaces (tests/network, devtools/netem).
+	@if ! command -v ip >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; \
+		else echo "note: ip (iproute2) missing and cannot be installed here; the impaired-network tests skip"; fi; \
 	fi
 
 run: install

@@ -1,0 +1,236 @@
+"""Direct-WebRTC calls through a network that loses, delays and reorders packets, for both
+receive buffers of the worker side by side.
+
+The caller (aiortc, ``devtools.netem.caller``) and the worker (``duplex-agent serve``,
+reference model, echo responder) each run in a network namespace of their own, joined only
+through the userspace forwarder of ``devtools.netem``, which impairs UDP both ways. One
+worker per receive-buffer mode (``DUPLEX_RECEIVE_BUFFER=adaptive`` or ``aiortc``, set on
+the worker's process; a worker that lacks the switch uses aiortc's jitter buffer for both),
+each behind its own link with the same impairments; trials alternate between the modes,
+so both meet the same load.
+
+Each trial is one call: the caller asks a question and listens to the reply, then asks
+a long one and talks over the reply. Per condition and mode it prints:
+- heard: the share of the question's content words that the worker's recognizer got
+  (mean), and in how many calls it got them all;
+- reply right: calls whose reply ("You said: ...") carries every content word;
+- turn: caller-heard turn latency, p50 (last speech frame sent -> first loud reply frame);
+- barge-in: as the caller hears it, p50 (first loud frame of the interruption sent -> last
+  loud frame of the agent heard), and in how many trials the agent stopped;
+- what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
+  caller): dropped, reordered, longest run of drops;
+- offers the worker refused as not JSON and the caller sent again (issue 20, point 2).
+The clean line is the floor of the others. Never passes or fails.
+
+``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit
+SDK (``bench.livekit_callers``) in the caller's namespace; the loopback LiveKit server and
+a LiveKit worker (``duplex-agent start``) in the worker's, talking to each other unimpaired.
+The caller barges in on each reply again and again for ``--livekit-seconds``; per condition:
+barge-ins tried, barge-in as heard (interruption's onset sent -> the agent quiet at the
+caller) p50, replies that played out anyway, questions with no reply, reply latency p50
+(the question's end sent -> first loud reply frame), and the forwarder's counts. It does
+not read what the worker recognized.
+
+Run: python -m bench.lossy_network [--trials N] [--modes adaptive,aiortc] [--conditions clean,bursts]
+         [--livekit [--livekit-seconds S]]
+(as root: it makes network namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devtools.netem import CLEAN, TO_CALLER, TO_WORKER, GilbertElliott, ImpairedLink, Impairment, unavailable_reason
+from devtools.netem.calls import (
+    RECEIVE_BUFFER_ENV,
+    CallerProcess,
+    content_words,
+    livekit_callers,
+    recall,
+    start_livekit,
+    start_worker,
+    worker_has_receive_buffer_switch,
+    write_clips,
+)
+
+QUESTION = "Please book a table for two people tonight."
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family.")
+STOP = "Wait, stop please."
+MODES = ("adaptive", "aiortc")
+JITTER = Impairment(delay_ms=40, jitter_ms=15)
+#: name -> the impairment applied both ways
+CONDITIONS: dict[str, Impairment] = {
+    "clean": CLEAN,
+    "3% loss + 40±15 ms": Impairment(loss=0.03, delay_ms=40, jitter_ms=15),
+    "10% loss": Impairment(loss=0.10),
+    "40±15 ms jitter": JITTER,
+    # ~4.5 % of packets in the bad state, 6.7 packets per burst on average, 20 at most.
+    "bursts ~5%": Impairment(bursts=GilbertElliott(p=0.007, r=0.15, max_bad=20)),
+}
+SHORT_NAMES = {"clean": "clean", "3%": "3% loss + 40±15 ms", "10%": "10% loss", "jitter": "40±15 ms jitter",
+               "bursts": "bursts ~5%"}
+
+
+@dataclass
+class Trials:
+    recalls: list[float] = field(default_factory=list)
+    replies_right: int = 0
+    turn_ms: list[float] = field(default_factory=list)
+    barge_in_ms: list[float] = field(default_factory=list)
+    stopped: int = 0
+    failed: list[str] = field(default_factory=list)
+    offers_refused: int = 0  # offers the worker refused as not JSON (issue 20, point 2), then sent again
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # direction -> the forwarder's counts
+
+    @property
+    def n(self) -> int:
+        return len(self.recalls) + len(self.failed)
+
+
+@dataclass
+class Rig:
+    mode: str
+    link: ImpairedLink
+    caller: CallerProcess
+
+
+def one_trial(rig: Rig, trials: Trials) -> None:
+    try:
+        connected = rig.caller.step("connect")
+        trials.offers_refused += connected.get("offers_refused", 0)
+        if not connected["ok"]:
+            trials.failed.append(f"connect: {connected['error']}")
+            return
+        turn = rig.caller.step("turn")
+        barge = rig.caller.step("barge_in")
+    finally:
+        rig.caller.step("hangup")
+    if not turn["ok"] or not barge["ok"]:
+        trials.failed.append(turn.get("error") or barge.get("error") or "?")
+        return
+    trials.recalls.append(recall(QUESTION, turn["heard"]))
+    trials.replies_right += recall(QUESTION, turn["reply"]) == 1.0
+    if turn["turn_ms"] is not None:
+        trials.turn_ms.append(turn["turn_ms"])
+    trials.barge_in_ms.append(barge["barge_in_ms"])
+    trials.stopped += bool(barge["stopped"])
+
+
+def p50(values: list[float]) -> str:
+    return f"{statistics.median(values):5.0f}" if values else "    -"
+
+
+def line(condition: str, mode: str, t: Trials) -> str:
+    up, down = t.counts.get(TO_WORKER, {}), t.counts.get(TO_CALLER, {})
+    heard = statistics.mean(t.recalls) if t.recalls else float("nan")
+    all_words = sum(r == 1.0 for r in t.recalls)
+    net = (f"{up.get('dropped', 0)}/{down.get('dropped', 0)} of {up.get('udp_in', 0)}/{down.get('udp_in', 0)}"
+           f" dropped, {up.get('reordered', 0)}/{down.get('reordered', 0)} reordered,"
+           f" run<={up.get('longest_loss_run', 0)}/{down.get('longest_loss_run', 0)}")
+    failed = f"  failed: {'; '.join(t.failed)}" if t.failed else ""
+    if t.offers_refused:
+        failed += f"  ({t.offers_refused} offer(s) refused as not JSON, sent again)"
+    return (f"{condition:<19} {mode:<9} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
+            f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {net}{failed}")
+
+
+def forwarder_counts(counts: dict) -> str:
+    up, down = counts[TO_WORKER].as_dict(), counts[TO_CALLER].as_dict()
+    return (f"{up['dropped']}/{down['dropped']} of {up['udp_in']}/{down['udp_in']} dropped, "
+            f"{up['reordered']}/{down['reordered']} reordered, run<={up['longest_loss_run']}/{down['longest_loss_run']}")
+
+
+def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int) -> None:
+    print(f"\n== the LiveKit path through the same link: one caller (livekit SDK) barging in for {seconds:g} s "
+          "per condition; loopback LiveKit server + LiveKit worker behind the link ==", flush=True)
+    with ExitStack() as stack:
+        link = stack.enter_context(ImpairedLink(seed=seed + 1000))
+        url = start_livekit(link, stack.enter_context(open(folder / "livekit-server.log", "w")),
+                            stack.enter_context(open(folder / "livekit-worker.log", "w")))
+        caller_log = stack.enter_context(open(folder / "livekit-caller.log", "w"))
+        warm = livekit_callers(link, url, min(seconds, 15.0), caller_log)  # waits for the worker; not counted
+        print(f"   warm-up: {warm['callers'][0].get('error') or 'ok'}", flush=True)
+        print(f"{'condition':<19} {'barge-ins':>9} {'heard stop p50':>14} {'played out':>10} {'no reply':>8} "
+              f"{'reply p50':>9}   forwarder (caller->worker / worker->caller)", flush=True)
+        for condition in conditions:
+            link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
+            link.reset_counts()
+            caller = livekit_callers(link, url, seconds, caller_log)["callers"][0]
+            error = f"  error: {caller['error']}" if caller.get("error") else ""
+            print(f"{condition:<19} {caller['attempts']:>9} {p50(caller['heard_stop_ms'])} ms     "
+                  f"{caller['played_out']:>10} {caller['no_reply']:>8} {p50(caller['reply_after_ms'])} ms   "
+                  f"{forwarder_counts(link.counts())}{error}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1, help="calls per condition and mode")
+    parser.add_argument("--modes", default=",".join(MODES), help="receive-buffer modes, comma-separated")
+    parser.add_argument("--conditions", default=",".join(SHORT_NAMES),
+                        help=f"comma-separated, of: {', '.join(SHORT_NAMES)}")
+    parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--livekit", action="store_true", help="then the LiveKit path under the same conditions")
+    parser.add_argument("--livekit-seconds", type=float, default=30.0, help="the LiveKit caller's time per condition")
+    parser.add_argument("--no-direct", action="store_true", help="skip the direct calls (with --livekit)")
+    args = parser.parse_args()
+    reason = unavailable_reason()
+    if reason:
+        sys.exit(f"bench.lossy_network needs network namespaces: {reason}")
+    modes = [m for m in args.modes.split(",") if m]
+    conditions = [SHORT_NAMES[c] for c in args.conditions.split(",") if c]
+    from devtools.speech import speak
+
+    started = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="lossy-network-"))
+    clips = write_clips(folder / "clips", speak(QUESTION, 48000, before_ms=300, after_ms=1200),
+                        speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
+    if not args.no_direct:
+        direct_part(args, modes, conditions, clips, folder)
+    if args.livekit:
+        livekit_part(conditions, args.livekit_seconds, folder, args.seed)
+    print(f"({time.perf_counter() - started:.0f} s; logs in {folder})")
+
+
+def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str], clips: Path,
+                folder: Path) -> None:
+    print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and mode; "
+          f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==", flush=True)
+    if not worker_has_receive_buffer_switch():
+        print(f"   note: this worker has no {RECEIVE_BUFFER_ENV} switch: every mode is aiortc's jitter buffer")
+    with ExitStack() as stack:
+        rigs = []
+        for i, mode in enumerate(modes):
+            link = stack.enter_context(ImpairedLink(seed=args.seed + 100 * i))
+            log = stack.enter_context(open(folder / f"worker-{mode}.log", "w"))
+            start_worker(link, log, {RECEIVE_BUFFER_ENV: mode})
+            caller_log = stack.enter_context(open(folder / f"caller-{mode}.log", "w"))
+            rigs.append(Rig(mode, link, stack.enter_context(CallerProcess(link, clips, caller_log))))
+        for rig in rigs:  # the models' first turn is slow: a warm-up call on a clean link, not counted
+            answers = [rig.caller.step(step) for step in ("connect", "turn", "hangup")]
+            failed = [a.get("error") for a in answers if not a["ok"]]
+            print(f"   warm-up call ({rig.mode}): {'failed: ' + str(failed) if failed else 'ok'}", flush=True)
+        print(f"{'condition':<19} {'buffer':<9} {'heard':>6} {'all':<5} {'reply':<7}{'turn p50':>10} "
+              f"{'barge-in p50':>11} {'stopped':<6} forwarder (caller->worker / worker->caller)", flush=True)
+        for condition in conditions:
+            results = {rig.mode: Trials() for rig in rigs}
+            for rig in rigs:
+                rig.link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
+                rig.link.reset_counts()
+            for trial in range(args.trials):
+                for rig in rigs if trial % 2 == 0 else reversed(rigs):
+                    one_trial(rig, results[rig.mode])
+            for rig in rigs:
+                results[rig.mode].counts = {d: c.as_dict() for d, c in rig.link.counts().items()}
+                print(line(condition, rig.mode, results[rig.mode]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
