@@ -56,7 +56,6 @@ from devtools.netem.calls import (
     recall,
     start_livekit,
     start_worker,
-    worker_has_receive_buffer_switch,
     write_clips,
 )
 
@@ -203,8 +202,6 @@ def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str
                 folder: Path) -> None:
     print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and mode; "
           f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==", flush=True)
-    if not worker_has_receive_buffer_switch():
-        print(f"   note: this worker has no {RECEIVE_BUFFER_ENV} switch: every mode is aiortc's jitter buffer")
     with ExitStack() as stack:
         rigs = []
         for i, mode in enumerate(modes):

@@ -31,19 +31,6 @@ _FUNCTION_WORDS = set("a an the to for of and or in on at is are am be i me my y
                       "please would like about whether with".split())
 
 
-def worker_has_receive_buffer_switch() -> bool:
-    """Whether this tree's worker reads ``DUPLEX_RECEIVE_BUFFER`` (a Settings field
-    ``receive_buffer``, or the variable named in the direct transport's source): until it does,
-    the caller's audio goes through aiortc's own jitter buffer whatever the variable says."""
-    from dataclasses import fields
-
-    from duplex_agent.agent.app.settings import Settings
-
-    if any(f.name == "receive_buffer" for f in fields(Settings)):
-        return True
-    return any(RECEIVE_BUFFER_ENV in path.read_text() for path in (ROOT / "webrtc").rglob("*.py"))
-
-
 def content_words(text: str) -> list[str]:
     """The words that carry the meaning: lower case, digits spelled out, function words dropped."""
     found = (_NUMBERS.get(w, w) for w in re.findall(r"[a-z0-9']+", text.lower()))
