@@ -19,7 +19,6 @@ a long one and talks over the reply. Per condition and mode it prints:
   loud frame of the agent heard), and in how many trials the agent stopped;
 - what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
   caller): dropped, reordered, longest run of drops;
-- offers the worker refused as not JSON and the caller sent again (issue 20, point 2).
 The clean line is the floor of the others. Never passes or fails.
 
 ``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit
@@ -86,7 +85,6 @@ class Trials:
     barge_in_ms: list[float] = field(default_factory=list)
     stopped: int = 0
     failed: list[str] = field(default_factory=list)
-    offers_refused: int = 0  # offers the worker refused as not JSON (issue 20, point 2), then sent again
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # direction -> the forwarder's counts
 
     @property
@@ -104,7 +102,6 @@ class Rig:
 def one_trial(rig: Rig, trials: Trials) -> None:
     try:
         connected = rig.caller.step("connect")
-        trials.offers_refused += connected.get("offers_refused", 0)
         if not connected["ok"]:
             trials.failed.append(f"connect: {connected['error']}")
             return
@@ -135,8 +132,6 @@ def line(condition: str, mode: str, t: Trials) -> str:
            f" dropped, {up.get('reordered', 0)}/{down.get('reordered', 0)} reordered,"
            f" run<={up.get('longest_loss_run', 0)}/{down.get('longest_loss_run', 0)}")
     failed = f"  failed: {'; '.join(t.failed)}" if t.failed else ""
-    if t.offers_refused:
-        failed += f"  ({t.offers_refused} offer(s) refused as not JSON, sent again)"
     return (f"{condition:<19} {mode:<9} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
             f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {net}{failed}")
 

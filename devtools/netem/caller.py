@@ -6,8 +6,7 @@ It reads one JSON command per line on stdin and answers each with one JSON line 
 stdout (``{"ok": false, "error": ...}`` when the step did not happen):
 
 - ``{"cmd": "connect"}``: wait for the worker's /healthz, offer, wait until connected, the
-  data channel open and the agent's audio flowing (``offers_refused``: offers the worker
-  answered ``400 invalid_json``, sent again);
+  data channel open and the agent's audio flowing;
 - ``{"cmd": "turn"}``: say ``question.npy``; the worker's recognizer's transcript, the reply's
   text and the caller-heard turn latency (last speech frame sent -> first loud reply frame heard);
 - ``{"cmd": "barge_in"}``: say ``long.npy``, and once the reply has been heard for 0.5 s, say
@@ -42,7 +41,6 @@ SPEECH_LEVEL = 0.01  # a sample of the caller's own speech
 REPLY_HEARD_BEFORE_BARGE_IN = 25  # loud frames (0.5 s) of the reply before the caller talks over it
 QUIET_AFTER_S = 0.5  # the barge-in window ends this long after the interruption's last speech
 STOPPED_QUIET_S = 0.3  # the agent stopped: this much quiet before the window's end
-OFFER_ATTEMPTS = 5
 
 
 class Mic:
@@ -158,20 +156,13 @@ class Call:
             with candidates_on(self.address):
                 await self.pc.setLocalDescription(await self.pc.createOffer())
             offer = {"sdp": self.pc.localDescription.sdp, "type": "offer"}
-            refused = 0
-            while True:
-                async with http.post(self.url + "/api/offer", json=offer) as response:
-                    text = await response.text()
-                    if response.status == 200:
-                        answer = json.loads(text)
-                        break
-                    # A worker that reads only the first TCP segment of a body refuses a whole offer
-                    # as not JSON (issue 20, point 2): offered again, and counted.
-                    if response.status == 400 and "invalid_json" in text and refused < OFFER_ATTEMPTS - 1:
-                        refused += 1
-                        continue
-                    return {"ok": False, "error": f"offer answered {response.status}: {text[:300]}",
-                            "offers_refused": refused}
+            # Through the TUN link an offer's body arrives in several TCP segments: the worker
+            # must read it whole (issue 20, point 2), so a refusal here is a failure, not a retry.
+            async with http.post(self.url + "/api/offer", json=offer) as response:
+                text = await response.text()
+                if response.status != 200:
+                    return {"ok": False, "error": f"offer answered {response.status}: {text[:300]}"}
+                answer = json.loads(text)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
         if not await self.until(lambda: self.pc.connectionState in ("connected", "failed", "closed"), 30):
             return {"ok": False, "error": "not connected after 30 s"}
@@ -180,7 +171,7 @@ class Call:
         connected = time.perf_counter()
         if not await self.until(lambda: self.channel.readyState == "open" and self.frames_heard > 0, 30):
             return {"ok": False, "error": "the data channel or the agent's audio did not start in 30 s"}
-        return {"ok": True, "connect_ms": round(1000 * (connected - offered)), "offers_refused": refused}
+        return {"ok": True, "connect_ms": round(1000 * (connected - offered))}
 
     async def turn(self) -> dict:
         mark, loud_mark = len(self.events), len(self.loud_at)
