@@ -241,6 +241,7 @@ class InputPipeline:
         core = self._core
         request_id, opened = self._open_input_request()
         payload = dict(reservation.payload or {})
+        # the user turn this audio belongs to, for the plugin (``payload_turn_id``)
         payload["duplex_turn_id"] = core.committed_turns + (0 if core.continuous else 1)
         if silence_deadline is not None:
             payload["duplex_silence_deadline"] = silence_deadline
