@@ -95,3 +95,4 @@ async def test_cancel_and_fail_each_move_the_epoch_exactly_once_and_abort_the_st
     done = [e for e in events if type(e).__name__ == "ResponseDone"]
     assert [d.status for d in done] == ["cancelled" if path == "cancel" else "failed"]
     assert not await responses.cancel("again") and core.epoch == 1  # nothing left to cancel: no second move
+
