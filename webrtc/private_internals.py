@@ -12,6 +12,9 @@ Each package family's private uses live in one module, which names its version h
   ``_ffi_handle`` of streams, sources, rooms and participants, ``AudioFrame._proto_info``;
   also ``agent.app.livekit_worker`` creates the ``FfiClient`` once on the main thread.
 
+Outside the installed package, the loopback SFU under devtools/ keeps its own aiortc
+seams (devtools/livekit_server/aiortc_seams.py), checked against the same aiortc.
+
 pyproject.toml pins each package to the range of its checked version, and
 tests/packaging/test_private_internals.py checks that the installed ones are these.
 """
