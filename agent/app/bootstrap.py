@@ -47,10 +47,9 @@ def build_backend(settings: Settings) -> DuplexBackend:
     plugin = load_duplex_plugin(settings.plugin_path, as_float32_audio)
     plugin.configure(plugin_options(plugin, settings), max_sessions=settings.max_sessions)
     engine = plugin.build_local_engine()
-    if hasattr(engine, "on_overrun"):  # a frame-clocked engine counts the steps that overran their frame
-        from duplex_agent.agent.metrics import FRAME_OVERRUNS
+    from duplex_agent.agent.metrics import FRAME_OVERRUNS
 
-        engine.on_overrun = lambda lag_ms: FRAME_OVERRUNS.inc()
+    engine.on_overrun = lambda lag_ms: FRAME_OVERRUNS.inc()  # a frame-clocked engine counts its late steps
     validate_duplex_plugin_sampling(plugin, sampling_defaults=engine.sampling_defaults)
     log.info("loading Silero VAD")
     vad = SileroVadModel.shared()
@@ -77,7 +76,5 @@ def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | No
 
 async def start_backend(settings: Settings) -> DuplexBackend:
     backend = build_backend(settings)
-    start = getattr(backend, "start", None)
-    if start is not None:
-        await start()  # a remote backend learns the model's capabilities here
+    await backend.start()  # a remote backend learns the model's capabilities here
     return backend

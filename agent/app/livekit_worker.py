@@ -19,6 +19,7 @@ exits at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ from livekit import agents
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.plugins.contract.loops import run_in_owner_loops
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 
@@ -93,11 +95,10 @@ class LiveCalls:
     async def close_all(self, reason: str) -> None:
         """Close every call in its own loop and wait (bounded) for them to end."""
         with self._lock:
-            futures = [asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call.close(reason), loop))
-                       for call, loop in self._calls.items() if loop.is_running()]
-        if futures:
-            log.warning("drain timeout: closing %d live call(s)", len(futures))
-            await asyncio.wait(futures, timeout=_CLOSE_CALLS_TIMEOUT_S)
+            live = [(loop, functools.partial(call.close, reason)) for call, loop in self._calls.items()]
+        if live:
+            log.warning("drain timeout: closing %d live call(s)", len(live))
+            await run_in_owner_loops(live, timeout_s=_CLOSE_CALLS_TIMEOUT_S)
 
 
 def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> float:
@@ -107,7 +108,7 @@ def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> floa
     """
     free = capacity - max(len(calls), backend.active_sessions)
     # Only a remote backend (or pool) knows how full its servers are; None when it cannot tell.
-    server_free = getattr(backend, "server_free_sessions", None)
+    server_free = backend.server_free_sessions
     if server_free is not None:
         free = min(free, server_free)
     return min(1.0, max(0.0, 1.0 - free / capacity))

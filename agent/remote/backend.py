@@ -27,8 +27,9 @@ from yarl import URL
 
 from duplex_agent.agent.remote.capacity import ServerCapacity
 from duplex_agent.agent.remote.conversation import RemoteConversation, RemoteOptions
-from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexCapabilities
+from duplex_agent.plugins.contract.loops import run_in_owner_loops
 
 _HTTP_CODES = {503: "resource_exhausted", 429: "resource_exhausted", 401: "backend_unauthorized",
                403: "backend_unauthorized"}
@@ -36,7 +37,7 @@ _HTTP_CODES = {503: "resource_exhausted", 429: "resource_exhausted", 401: "backe
 _CROSS_LOOP_CLOSE_S = 5.0
 
 
-class RemoteBackend:
+class RemoteBackend(DuplexBackend):
     def __init__(
         self,
         url: str,
@@ -86,15 +87,9 @@ class RemoteBackend:
         with self._lock:
             self._admitting = False
             live = list(self._conversations.items())
+        await run_in_owner_loops(((loop, functools.partial(conversation.close, "shutdown")) for conversation, loop in live),
+                                 timeout_s=_CROSS_LOOP_CLOSE_S)
         here = asyncio.get_running_loop()
-        closes = []
-        for conversation, loop in live:
-            if loop is here:
-                closes.append(conversation.close("shutdown"))
-            elif loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(conversation.close("shutdown"), loop)
-                closes.append(asyncio.wait_for(asyncio.wrap_future(future), _CROSS_LOOP_CLOSE_S))
-        await asyncio.gather(*closes, return_exceptions=True)
         if self._probe is not None:
             self._probe.cancel()
             await asyncio.gather(self._probe, return_exceptions=True)

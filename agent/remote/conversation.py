@@ -33,7 +33,7 @@ from duplex_agent.agent.protocol.input_audio import AppendRateAdapter
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.input import InputEncoder, Outgoing, OutgoingQueue
 from duplex_agent.agent.remote.session import RemoteSession, parse_session_created, translate_session_update
-from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.remote")
@@ -129,7 +129,7 @@ async def _first_message(ws: aiohttp.ClientWebSocketResponse, timeout: float) ->
             return data
 
 
-class RemoteConversation:
+class RemoteConversation(Conversation):
     """A ``Conversation`` whose session runs on a remote server (vLLM-Omni's or ours)."""
 
     def __init__(self, connect: Connect, ws: aiohttp.ClientWebSocketResponse, remote: RemoteSession,

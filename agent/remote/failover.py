@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.remote.conversation import RemoteConversation
-from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.remote")
@@ -171,7 +171,7 @@ def _item_text(item: dict[str, Any]) -> str:
                     if isinstance(part, dict)).strip()
 
 
-class FailoverConversation:
+class FailoverConversation(Conversation):
     """A ``Conversation`` on a pool of backends; one ``RemoteConversation`` at a time, moved when its host is lost."""
 
     def __init__(self, pool: Placement, member: Any, conversation: RemoteConversation, *,

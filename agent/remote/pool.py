@@ -34,7 +34,7 @@ from duplex_agent.agent import metrics
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteConversation
 from duplex_agent.agent.remote.failover import FailoverConversation
-from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.remote")
@@ -93,7 +93,7 @@ class Member:
         return math.inf if rtt is None else rtt
 
 
-class BackendPool:
+class BackendPool(DuplexBackend):
     """A ``DuplexBackend`` over several ``RemoteBackend``s; conversations that outlive the one they started on."""
 
     def __init__(self, backends: BackendList, make: Callable[[str], RemoteBackend], *,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from duplex_agent.agent.protocol import events as p
@@ -65,6 +65,25 @@ class SessionCore:
     @property
     def fence(self) -> DuplexFence:
         return DuplexFence(self.epoch, self.turn_id)
+
+    def advance_epoch(self, requests: Iterable[str], *, with_input: bool) -> set[str]:
+        """The epoch rule, for every cancel and failure: returns the old epoch's requests, to abort.
+
+        The fence moves, so outputs of ``requests`` still on their way are dropped. In the
+        continuous lane the input request goes with the old epoch (``with_input``, or when it
+        is one of ``requests``): the next input opens a fresh one, and forced listening ends.
+        """
+        self.epoch += 1
+        stale = set(requests)
+        if self.continuous and self.input_request_id is not None and (with_input or self.input_request_id in stale):
+            stale.add(self.drop_input_request())
+            self.state.audio_buffer.clear_force_listen()
+        return stale
+
+    def drop_input_request(self) -> str | None:
+        """The input request ends here (sealed, cleared or rolled back); the next input opens a fresh one."""
+        request_id, self.input_request_id = self.input_request_id, None
+        return request_id
 
     def next_serial(self) -> int:
         return next(self._serials)

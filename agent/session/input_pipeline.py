@@ -241,6 +241,7 @@ class InputPipeline:
         core = self._core
         request_id, opened = self._open_input_request()
         payload = dict(reservation.payload or {})
+        # the user turn this audio belongs to, for the plugin (``payload_turn_id``)
         payload["duplex_turn_id"] = core.committed_turns + (0 if core.continuous else 1)
         if silence_deadline is not None:
             payload["duplex_silence_deadline"] = silence_deadline
@@ -274,7 +275,7 @@ class InputPipeline:
     def _undo(self, reservation: PcmAppendReservation, opened: bool) -> None:
         reservation.rollback()
         if opened:
-            self._core.input_request_id = None
+            self._core.drop_input_request()
 
     # ---- turns ----
 
@@ -288,9 +289,8 @@ class InputPipeline:
         self._prefix_samples = 0
         if self._vad is not None:
             self._vad.reset()
-        if not core.continuous and core.input_request_id is not None:
-            core.spawn(core.engine.abort([core.input_request_id]))
-            core.input_request_id = None
+        if not core.continuous and (request_id := core.drop_input_request()) is not None:
+            core.spawn(core.engine.abort([request_id]))
 
     async def commit(self, event_id: str | None, *, create_response: bool = True) -> None:
         core = self._core
@@ -316,7 +316,7 @@ class InputPipeline:
             operation_id=f"commit-{self._append_seq}", chunk_period_ms=round(core.capabilities.unit_ms)
         )
         request_id = await self._submit(reservation, final=True)
-        core.input_request_id = None
+        core.drop_input_request()  # sealed: the next turn's input opens its own
         core.committed_turns += 1
         core.state.input_since_commit = False
         core.state.speech_since_commit = False

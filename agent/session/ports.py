@@ -3,6 +3,9 @@
 A conversation takes client events in wire order and yields server events.
 The local backend is our session runner with an in-process plugin; the remote
 backend is a vLLM-Omni duplex server. Transports see only this interface.
+
+Implementations name the port as their base, so the optional members (those
+with a body here) come with a default that does nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from duplex_agent.agent.models.vad import SharedScores
 from duplex_agent.agent.protocol.events import ClientEvent, ServerEvent
 from duplex_agent.plugins.contract import DuplexCapabilities
 
@@ -37,6 +41,13 @@ class Conversation(Protocol):
 
     async def close(self, reason: str = "client_closed") -> None: ...
 
+    def use_caller_vad(self, scores: SharedScores) -> None:
+        """Optional: take turn detection from the transport's caller VAD (one VAD pass per call).
+
+        An in-process session reads these scores instead of running the model itself; by
+        default the conversation keeps its own turn detection (a remote server does).
+        """
+
 
 class DuplexBackend(Protocol):
     @property
@@ -44,6 +55,14 @@ class DuplexBackend(Protocol):
 
     @property
     def active_sessions(self) -> int: ...
+
+    @property
+    def server_free_sessions(self) -> int | None:
+        """Optional: the sessions the backend's servers can still take, when it can tell (a remote one); else None."""
+        return None
+
+    async def start(self) -> None:
+        """Optional: get ready before the first ``open`` (a remote backend learns the model's capabilities here)."""
 
     async def open(self) -> Conversation:
         """A new conversation; raises AdmissionError when full or shutting down."""

@@ -142,12 +142,9 @@ class ResponseManager:
         """
         core = self._core
         core.error(code, message, None, error_type="server_error")
-        core.epoch += 1
-        if core.continuous and core.input_request_id in response.request_ids:
-            core.input_request_id = None  # the next input opens a fresh request
-            core.state.audio_buffer.clear_force_listen()
+        stale = core.advance_epoch(response.request_ids, with_input=False)
         try:
-            await core.engine.abort(response.request_ids)
+            await core.engine.abort(stale)
         except Exception:
             log.exception("session %s: aborting the failed response's requests failed", core.session_id)
         self.finish(response, "failed", code)
@@ -158,13 +155,8 @@ class ResponseManager:
         if response is None:
             return False
         core = self._core
-        core.epoch += 1
+        stale = core.advance_epoch(response.request_ids, with_input=True)
         self.active = None
-        stale = set(response.request_ids)
-        if core.continuous and core.input_request_id is not None:
-            stale.add(core.input_request_id)
-            core.input_request_id = None
-            core.state.audio_buffer.clear_force_listen()
         await core.engine.abort(stale)
         for request_id in stale:
             core.plugin.data_plane.close_stream(request_id)

@@ -29,6 +29,7 @@ from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.input_pipeline import AppendFailed, InputPipeline
 from duplex_agent.agent.session.limits import SessionLimits
 from duplex_agent.agent.session.outbox import EventOutbox
+from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.agent.session.responses import ActiveResponse, HistoryItem, ResponseManager
 from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
 from duplex_agent.agent.session.stage_router import StageOutputArrived, StageRouter, StageStreamEnded
@@ -65,7 +66,7 @@ class _TaskFailed:
     event_id: None = None
 
 
-class DuplexSessionRunner:
+class DuplexSessionRunner(Conversation):
     def __init__(
         self,
         plugin: DuplexModelPlugin,

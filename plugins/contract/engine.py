@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 from duplex_agent.plugins.contract.types import DuplexAppendPlan
@@ -36,6 +36,10 @@ class StageOutput:
 
 class DuplexEngine(ABC):
     """Runs one model's stages for every session of a worker."""
+
+    #: Optional: called with the lag (ms) of each step that overran its frame. Only a
+    #: frame-clocked engine has steps to overrun; the others never call it.
+    on_overrun: Callable[[float], None] | None = None
 
     @property
     @abstractmethod

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from importlib import import_module
 
 from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin
-from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState
+from duplex_agent.plugins.contract.state import UNUSED_STATE_FIELDS, DefaultDuplexModelSessionState
 
 #: Hooks of the upstream contract that this runtime never calls (it has no function
 #: calls, no concurrent turns, no draining stages, no retained commits, and silence
@@ -55,6 +56,9 @@ def load_duplex_plugin(path: str, encode_audio: EncodeAudio) -> DuplexModelPlugi
     for hook in uncalled_hooks(plugin):
         warnings.warn(f"plugin {plugin.plugin_id!r} overrides {hook}, which this runtime never calls",
                       RuntimeWarning, stacklevel=2)
+    for name in unused_state_fields(plugin):
+        warnings.warn(f"plugin {plugin.plugin_id!r} sets its session state's {name}, which this runtime never reads",
+                      RuntimeWarning, stacklevel=2)
     return plugin
 
 
@@ -66,6 +70,13 @@ def uncalled_hooks(plugin: DuplexModelPlugin) -> list[str]:
     found += [f"{state_type.__name__}.{name}" for name in UNCALLED_STATE_HOOKS
               if getattr(state_type, name) is not getattr(DefaultDuplexModelSessionState, name)]
     return found
+
+
+def unused_state_fields(plugin: DuplexModelPlugin) -> list[str]:
+    """The fields of ``UNUSED_STATE_FIELDS`` that a fresh session state of ``plugin`` holds away from the default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(DefaultDuplexModelSessionState)}
+    state = plugin.create_session_state()
+    return [name for name in UNUSED_STATE_FIELDS if getattr(state, name, defaults[name]) != defaults[name]]
 
 
 def _current_path(path: str) -> str:

@@ -128,7 +128,9 @@ class DuplexModelPlugin(ABC):
         """An update to submit downstream before this stage finishes, or None.
 
         Lets a model start speaking after its first sentence; by default a stage's
-        output goes downstream only when the stage finishes.
+        output goes downstream only when the stage finishes. ``orchestrator`` is the
+        session's stage router, which submits what this returns; ``replica_id`` is the
+        stage's replica, always 0 here (one replica per stage).
         """
         del orchestrator, stage_id, replica_id, output, req_state
         return None
@@ -197,7 +199,11 @@ class DuplexModelPlugin(ABC):
         response_format: str,
         speed: float | None,
         modalities: tuple[str, ...],
-    ) -> object: ...
+    ) -> object:
+        """What the data plane needs to project one response's outputs.
+
+        ``speed`` is always None here: this runtime accepts a session's ``speed`` and ignores it.
+        """
 
     def runtime_config_for_function_output(
         self,

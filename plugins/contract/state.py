@@ -1,4 +1,20 @@
-"""Model-owned state of one session."""
+"""Model-owned state of one session.
+
+The fields keep the seed contract's names (a vLLM-Omni plugin author looks for them),
+but this runtime uses only some of them:
+
+- read and written by the runtime: ``audio_buffer``, ``input_since_commit``,
+  ``silence_deadline_monotonic``;
+- written by the runtime for the plugin to read (nothing in the runtime reads them):
+  ``speech_since_commit`` (the VAD heard speech since the last commit),
+  ``deferred_response_create`` (a commit that waits for ``response.create``),
+  ``continuation_owner_id`` (the input request a silence unit continues),
+  ``continuation_units`` (silence units sent so far), ``last_native_submit_monotonic``
+  (when the last real input unit went in);
+- never used: ``UNUSED_STATE_FIELDS`` (no context locking, no retained commits, no
+  pre-created responses, and silence continuation keeps its own schedule, not a task).
+  A plugin whose state sets one of them is told so at load time (``unused_state_fields``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +23,18 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer
+
+#: Fields of the seed's state that this runtime neither reads nor writes (only ``clear_committed_audio``
+#: resets some of them).
+UNUSED_STATE_FIELDS = (
+    "context_locked",
+    "committed_audio_payload",
+    "committed_audio_operation_id",
+    "committed_audio_reserved_bytes",
+    "deferred_precreate_response",
+    "pending_silence_task",
+    "pending_silence_owner_id",
+)
 
 
 class DuplexModelSessionState(ABC):

@@ -152,7 +152,10 @@ def reject_changed_runtime_value(
 
 
 def payload_turn_id(payload: object) -> int | None:
-    """The turn id a payload carries (``duplex_turn_id`` or ``model_turn_id``)."""
+    """The turn id a payload carries (``duplex_turn_id`` or ``model_turn_id``).
+
+    The runner puts ``duplex_turn_id`` on every append payload: the user turn the audio belongs to.
+    """
     if not isinstance(payload, Mapping):
         return None
     return coerce_int(payload.get("duplex_turn_id", payload.get("model_turn_id")))

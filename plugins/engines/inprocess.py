@@ -8,7 +8,7 @@ never waits on a model. Aborting a request cancels its task and raises its
 One engine may serve sessions on several event loops (LiveKit jobs are threads,
 each with its own loop). A request belongs to the loop that opened it: its task
 and queues are only touched there, so an abort or close from another thread is
-handed to the owning loop with ``run_coroutine_threadsafe``.
+handed to the owning loop (``run_in_owner_loops``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from duplex_agent.plugins.contract import DuplexAppendPlan
 from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError, StageOutput, read_stage_outputs
+from duplex_agent.plugins.contract.loops import run_in_owner_loops
 
 T = TypeVar("T")
 _END = object()
@@ -147,17 +149,9 @@ class InProcessEngine(DuplexEngine):
                 if request is not None:
                     request.handle.cancelled.set()  # thread-safe: blocking work sees it at once
                     by_loop.setdefault(request.loop, []).append(request)
-        here = asyncio.get_running_loop()
-        waits = []
-        for loop, requests in by_loop.items():
-            if loop is here:
-                waits.append(_stop(requests))
-            elif loop.is_running():
-                stopped = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_stop(requests), loop))
-                waits.append(asyncio.wait_for(stopped, CROSS_LOOP_STOP_S))  # that loop may be stopping too
-            # A loop that no longer runs took its tasks with it; the cancel flags are set.
-        if waits:
-            await asyncio.gather(*waits, return_exceptions=True)
+        # A loop that no longer runs took its tasks with it; the cancel flags are set.
+        await run_in_owner_loops(((loop, partial(_stop, requests)) for loop, requests in by_loop.items()),
+                                 timeout_s=CROSS_LOOP_STOP_S)
 
     async def close(self) -> None:
         with self._lock:

@@ -4,11 +4,12 @@ from livekit.agents.telemetry.loop_monitor import LoopMonitorThresholds
 
 from duplex_agent.agent.app.livekit_worker import LOOP_BLOCK_WARN_ENV, LiveCalls, build_agent_server
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.session.ports import DuplexBackend
 
 SETTINGS = Settings(livekit_url="ws://127.0.0.1:7880", livekit_api_key="key", livekit_api_secret="secret" * 6)
 
 
-class IdleBackend:
+class IdleBackend(DuplexBackend):
     active_sessions = 0
 
 

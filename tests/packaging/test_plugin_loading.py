@@ -50,3 +50,17 @@ def test_overridden_uncalled_plugin_hook_is_named_at_load():
 def test_overridden_uncalled_state_hook_is_named_at_load():
     with pytest.warns(RuntimeWarning, match="RetainingState.retain_committed_audio"):
         load_duplex_plugin(f"{__name__}.RetainingPlugin", as_float32_audio)
+
+
+class LockingPlugin(ScriptedPlugin):
+    """Starts each session with a seed field set that this runtime never reads."""
+
+    def create_session_state(self):  # noqa: ANN201
+        state = super().create_session_state()
+        state.context_locked = True
+        return state
+
+
+def test_a_state_field_the_runtime_never_reads_is_named_at_load():
+    with pytest.warns(RuntimeWarning, match="context_locked, which this runtime never reads"):
+        load_duplex_plugin(f"{__name__}.LockingPlugin", as_float32_audio)

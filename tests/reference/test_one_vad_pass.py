@@ -15,6 +15,7 @@ from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 
@@ -43,8 +44,8 @@ class CountingVad:
         return Scorer()
 
 
-class WithoutSharing:
-    """The runner without its use_caller_vad: the session runs the model itself."""
+class WithoutSharing(Conversation):
+    """The runner behind the port's default use_caller_vad (it does nothing): the session runs the model itself."""
 
     def __init__(self, inner) -> None:  # noqa: ANN001
         self._inner = inner

@@ -16,7 +16,7 @@ from duplex_agent.agent.protocol.events import (
     ResponseCreated,
     ServerEvent,
 )
-from duplex_agent.agent.session.ports import AdmissionError
+from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 CAPS = DuplexCapabilities(
@@ -24,8 +24,12 @@ CAPS = DuplexCapabilities(
 )
 
 
-class FakeConversation:
+class FakeConversation(Conversation):
     """Records what is sent; the test pushes server events with ``emit``."""
+
+    # plain attributes here, where the port has read-only properties
+    session_id = "fake-session"
+    capabilities = CAPS
 
     def __init__(self, capabilities: DuplexCapabilities = CAPS) -> None:
         self.capabilities = capabilities
@@ -93,8 +97,10 @@ class EchoConversation(FakeConversation):
             self._audio_ms += ms
 
 
-class EchoBackend:
+class EchoBackend(DuplexBackend):
     """Opens echo conversations, up to ``max_sessions`` at once."""
+
+    capabilities = CAPS  # a plain attribute, where the port has a read-only property
 
     def __init__(self, max_sessions: int = 4) -> None:
         self.capabilities = CAPS

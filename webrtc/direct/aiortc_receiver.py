@@ -1,4 +1,5 @@
-"""The one place that reaches into aiortc's RTCRtpReceiver (private members, checked against aiortc 1.16.0).
+"""The one place that reaches into aiortc (RTCRtpReceiver's private members; the version checked is in
+``webrtc.private_internals``).
 
 aiortc's receiver parses RTP and RTCP, then hands each packet to its jitter buffer
 (``__jitter_buffer.add(packet) -> (pli, frame)``) and each completed frame to its
@@ -13,8 +14,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from aiortc import RTCRtpReceiver
-
-CHECKED_AIORTC_VERSION = "1.16.0"
 
 
 class DecoderQueue(Protocol):

@@ -3,7 +3,8 @@
 aioice gathers host candidates on every interface and has no per-connection
 setting for it, so ``candidates_on`` narrows its address lookup for gathering
 done inside the ``with`` block (a context variable: other connections in the
-process keep the default behaviour).
+process keep the default behaviour). This is the one place that patches aioice
+(the version checked is in ``webrtc.private_internals``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 ``CallerAudioStream`` and ``AgentVoiceSource`` wrap the SDK's own stream and source; their
 events come through the process-wide ``FfiRouter`` (``ffi_router.py``): caller frames by
-stream handle, capture acknowledgements by request id.
+stream handle, capture acknowledgements by request id. The SDK internals used here are
+listed, with the version checked, in ``webrtc.private_internals``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ streams, sources and rooms it takes over leave the SDK's list of subscribers. Th
 the SDK's own objects; only how their events reach them changes. This leans on the pinned
 SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._listen_task``,
 ``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py
-and tests/livekit/test_room_events.py check.
+and tests/livekit/test_room_events.py check; ``webrtc.private_internals`` lists them with the
+version checked.
 """
 
 from __future__ import annotations

@@ -188,9 +188,7 @@ class CallAudioPath:
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model)
-        share = getattr(self._conversation, "use_caller_vad", None)  # an in-process session's turn detection
-        if share is not None:
-            share(self._onset.scores)
+        self._conversation.use_caller_vad(self._onset.scores)  # an in-process session's turn detection
         self._conversation.send(
             SessionUpdate(
                 session={
