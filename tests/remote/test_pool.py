@@ -123,13 +123,12 @@ def test_the_backend_list_is_the_flag_the_environment_or_a_file(tmp_path):
 
 
 def test_repeated_backend_flags_join_like_the_environment():
-    import argparse
+    from duplex_agent.agent.app.cli import PluginOptions, build_parser
 
     settings = Settings(backend="ws://env/v1")
-    parser = argparse.ArgumentParser()
-    settings.add_arguments(parser)
-    assert parser.parse_args([]).backend == "ws://env/v1"
-    args = parser.parse_args(["--backend", "ws://a/v1", "--backend", "ws://b/v1"])
+    parser = build_parser(settings, PluginOptions(settings))
+    assert parser.parse_args(["serve"]).backend == "ws://env/v1"
+    args = parser.parse_args(["serve", "--backend", "ws://a/v1", "--backend", "ws://b/v1"])
     assert BackendList(args.backend).urls() == ["ws://a/v1", "ws://b/v1"]
 
 

@@ -5,7 +5,6 @@ reports set the agent's FEC."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import re
 
@@ -103,10 +102,11 @@ async def serve_with(backend, host_address, **options):
 def test_the_receive_buffer_setting():
     assert Settings().receive_buffer == "adaptive"
     assert Settings.from_env({"DUPLEX_RECEIVE_BUFFER": "aiortc"}).receive_buffer == "aiortc"
-    parser = argparse.ArgumentParser()
+    from duplex_agent.agent.app.cli import PluginOptions, build_parser
+
     settings = Settings()
-    settings.add_arguments(parser)
-    assert settings.apply(parser.parse_args(["--receive-buffer", "aiortc"])).receive_buffer == "aiortc"
+    parser = build_parser(settings, PluginOptions(settings))
+    assert settings.apply(parser.parse_args(["serve", "--receive-buffer", "aiortc"])).receive_buffer == "aiortc"
     from aiohttp import web
 
     with pytest.raises(ValueError, match="receive_buffer must be one of adaptive, aiortc"):
