@@ -47,6 +47,7 @@ from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.audio import StreamingResampler, as_float32_audio
 from duplex_agent.agent.protocol.events import ClientEvent, InputAudioBufferAppend, ServerEvent
 from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from duplex_agent.webrtc.media.call_audio import RESAMPLE_QUALITY, CallAudioPath
 from duplex_agent.webrtc.media.latency import LatencyFigures
@@ -142,7 +143,7 @@ def resampler_delay(in_rate: int, out_rate: int, quality: str = RESAMPLE_QUALITY
 # ---------------------------------------------------------------- a + b: the paced direct path
 
 
-class TimedConversation:
+class TimedConversation(Conversation):
     """The runner as a Conversation, noting when each append was handed to it."""
 
     def __init__(self, inner: Any) -> None:
@@ -167,6 +168,9 @@ class TimedConversation:
 
     def events(self) -> AsyncIterator[ServerEvent]:
         return self._inner.events()
+
+    def use_caller_vad(self, scores) -> None:  # noqa: ANN001
+        self._inner.use_caller_vad(scores)
 
     async def close(self, reason: str = "client_closed") -> None:
         await self._inner.close(reason)

@@ -44,6 +44,7 @@ from duplex_agent.agent.protocol.events import (
     ResponseDone,
     ServerEvent,
 )
+from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES
@@ -116,7 +117,7 @@ def continuous_noise(seconds: float = 3.0, every_ms: float = 160.0) -> np.ndarra
 # ---------------------------------------------------------------- one trial
 
 
-class ReplyConversation:
+class ReplyConversation(Conversation):
     """One reply of agent speech, queued at once; records what the call path sends."""
 
     session_id = "bench"

@@ -149,9 +149,7 @@ class LiveSession:
                 await _send_text(self.ws, text)
 
     def _fence(self) -> tuple[int, int]:
-        """The conversation's (epoch, turn_id) where it has them (a local runner), else (0, 0)."""
-        epoch, turn_id = getattr(self.conversation, "epoch", 0), getattr(self.conversation, "turn_id", 0)
-        return (epoch if isinstance(epoch, int) else 0, turn_id if isinstance(turn_id, int) else 0)
+        return self.conversation.wire_fence()
 
     def _note(self, event: p.ServerEvent) -> None:
         if isinstance(event, p.ResponseCreated):

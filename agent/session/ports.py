@@ -41,6 +41,12 @@ class Conversation(Protocol):
 
     async def close(self, reason: str = "client_closed") -> None: ...
 
+    def wire_fence(self) -> tuple[int, int]:
+        """Optional: the conversation's (epoch, turn_id), which the realtime wire reports in its
+        session object and event metadata; (0, 0) for one that keeps none (a remote server
+        reports its own)."""
+        return (0, 0)
+
     def use_caller_vad(self, scores: SharedScores) -> None:
         """Optional: take turn detection from the transport's caller VAD (one VAD pass per call).
 

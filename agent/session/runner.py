@@ -148,6 +148,9 @@ class DuplexSessionRunner(Conversation):
     def turn_id(self) -> int:
         return self._core.turn_id
 
+    def wire_fence(self) -> tuple[int, int]:
+        return (self._core.epoch, self._core.turn_id)
+
     @property
     def fence(self) -> DuplexFence:
         return self._core.fence
