@@ -1,17 +1,21 @@
 """A LiveKit worker in front of a pool of backends (``start --backend A --backend B`` or ``@FILE``),
 all real processes: placement by capacity, the load it reports when every backend is full, and
 what a caller in the room gets when its call's only backend dies (the typed events on
-``duplex.events``, then the call's end after ``--backend-lost-grace``)."""
+``duplex.events``, then the call's end after ``--backend-lost-grace``), and what is left
+when the worker itself dies."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
+
+import pytest
 
 from devtools.speech import speak
 from tests.livekit.caller import LiveKitCaller
-from tests.livekit.conftest import AGENT_NAME
+from tests.livekit.conftest import AGENT_NAME, ServeProcess
 from tests.webrtc.client_peer import wait_for
 
 #: Seconds a call with no backend left keeps looking for one (``--backend-lost-grace``).
@@ -36,6 +40,24 @@ class EventsListener:
 
     def first(self, kind: str) -> tuple[float, dict] | None:
         return next(((at, event) for at, event in self.events if event["type"] == kind), None)
+
+
+@pytest.fixture
+def start_serve_with(tmp_path, processes):
+    """start_serve_with(*args, **kwargs): conftest's ``start_serve``, with more ``serve`` arguments."""
+
+    async def start(*args: str, **kwargs) -> ServeProcess:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        serve = ServeProcess(port, tmp_path / f"serve{len(processes)}.log", **kwargs)
+        serve.args += list(args)
+        processes.append(serve)
+        serve.start()
+        await serve.ready()
+        return serve
+
+    return start
 
 
 async def _caller(livekit_server, identity: str, room: str) -> LiveKitCaller:
@@ -117,3 +139,24 @@ async def test_two_callers_go_to_two_backends_by_capacity_and_a_full_pool_report
     await first_backend.until_sessions(1)
     await second_backend.until_sessions(1)
     await asyncio.gather(bob.leave(), carol.leave())
+
+
+async def test_a_worker_that_dies_mid_call_drops_it_and_the_backend_frees_its_session_after_the_resume_grace(
+        livekit_server, start_serve_with, ready_worker):
+    backend = await start_serve_with("--resume-grace-s", "5", plugin="scripted", max_sessions=2)
+    worker = await ready_worker(backend=backend.realtime_url, max_sessions=2)
+    alice = await _caller(livekit_server, "alice", "room-dies")
+    events = EventsListener(alice)
+    assert (await livekit_server.create_dispatch("room-dies", AGENT_NAME)).state == "assigned"
+    await wait_for(lambda: "listening" in alice.agent_states, 40, "the agent")
+    await backend.until_sessions(1)
+
+    worker.process.kill()
+    worker.process.wait(10)
+    # The caller sees the agent leave the room; nothing typed can reach it (its sender is gone).
+    await wait_for(lambda: alice.agent_left, 60, "the dead worker's agent to leave the room")
+    assert events.events == []
+    # The backend kept the session for a resume that never comes, then freed its slot.
+    await backend.until_sessions(0, timeout=60)
+    assert "kept 5 s for a resume" in backend.log(), backend.log()[-2000:]
+    await alice.leave()
