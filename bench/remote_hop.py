@@ -1,8 +1,10 @@
 """What the remote hop adds: the same scripted model, in-process vs. behind our realtime websocket.
 
-Per trial: a 200 ms tone, commit, then time from the commit to the first audio
-delta, and to response.done, once on a local runner and once through a
-RemoteBackend to our endpoint on loopback (one process, same event loop).
+Per trial: a 200 ms tone, commit, then the time from the commit to every event of
+the reply, once on a local runner (the floor) and once through a RemoteBackend to
+our endpoint on loopback (one process, same event loop). Events are matched by kind
+and order within the reply (the 3rd ``response.output_audio.delta`` with the 3rd);
+the added latency per event is the remote p50 minus the floor's p50 for that event.
 
 Run: python -m bench.remote_hop [trials]
 """
@@ -10,8 +12,10 @@ Run: python -m bench.remote_hop [trials]
 from __future__ import annotations
 
 import asyncio
+import statistics
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 from aiohttp.test_utils import TestServer
@@ -29,32 +33,38 @@ from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 TONE = (0.3 * np.sin(np.arange(3200) / 4)).astype(np.float32)
 
 
-async def trial(conversation: Conversation) -> tuple[float, float]:
-    """(commit -> first audio delta, commit -> response.done), in ms."""
+async def trial(conversation: Conversation) -> dict[str, float]:
+    """Each event of one reply, keyed by kind and order (``response.output_audio.delta#3``): ms since the commit."""
     conversation.send(p.InputAudioBufferAppend(TONE))
     committed = time.perf_counter()
     conversation.send(p.InputAudioBufferCommit())
-    first = None
+    arrivals: dict[str, float] = {}
+    seen: Counter[str] = Counter()
     async for event in conversation.events():
-        if first is None and isinstance(event, p.ResponseAudioDelta):
-            first = time.perf_counter()
+        seen[event.type] += 1
+        arrivals[f"{event.type}#{seen[event.type]}"] = 1000 * (time.perf_counter() - committed)
         if isinstance(event, p.ResponseDone):
-            assert first is not None, "a reply without audio"
-            return 1000 * (first - committed), 1000 * (time.perf_counter() - committed)
+            assert seen[p.ResponseAudioDelta.type], "a reply without audio"
+            return arrivals
     raise RuntimeError("the conversation ended")
 
 
-async def measure(backend: DuplexBackend, trials: int) -> tuple[list[float], list[float]]:
+async def measure(backend: DuplexBackend, trials: int) -> dict[str, list[float]]:
+    """Per event of the reply, its arrival after the commit in every trial (after 5 warm-up ones)."""
     conversation = await backend.open()
     conversation.send(p.SessionUpdate({"turn_detection": None}))
-    firsts, dones = [], []
+    per_event: dict[str, list[float]] = {}
     for i in range(trials + 5):
-        first, done = await trial(conversation)
-        if i >= 5:  # warm-up
-            firsts.append(first)
-            dones.append(done)
+        arrivals = await trial(conversation)
+        if i >= 5:
+            for key, ms in arrivals.items():
+                per_event.setdefault(key, []).append(ms)
     await conversation.close()
-    return firsts, dones
+    return per_event
+
+
+def first_audio(per_event: dict[str, list[float]]) -> list[float]:
+    return per_event[f"{p.ResponseAudioDelta.type}#1"]
 
 
 async def main(trials: int) -> None:
@@ -64,14 +74,21 @@ async def main(trials: int) -> None:
     await server.start_server()
     remote = RemoteBackend(str(server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1))
     await remote.start()
-    results = {"local runner": await measure(local, trials), "remote hop  ": await measure(remote, trials)}
+    floor, hop = await measure(local, trials), await measure(remote, trials)
     print(f"scripted model, 5-word reply, {trials} trials each (after 5 warm-up), loopback, one process")
-    for name, (firsts, dones) in results.items():
-        print(f"  {name} commit -> first audio delta: {summary(firsts, 'ms', digits=2)}")
-        print(f"  {name} commit -> response.done:     {summary(dones, 'ms', digits=2)}")
-    local_p50 = float(np.median(results["local runner"][0]))
-    remote_p50 = float(np.median(results["remote hop  "][0]))
-    print(f"  the remote hop adds {remote_p50 - local_p50:.2f} ms (p50) to the first audio")
+    print(f"  local runner (floor) commit -> first audio delta: {summary(first_audio(floor), 'ms', digits=2)}")
+    print(f"  remote hop           commit -> first audio delta: {summary(first_audio(hop), 'ms', digits=2)}")
+    print(f"  local runner (floor) commit -> response.done:     {summary(floor['response.done#1'], 'ms', digits=2)}")
+    print(f"  remote hop           commit -> response.done:     {summary(hop['response.done#1'], 'ms', digits=2)}")
+    shared = [key for key in hop if key in floor]
+    added = {key: statistics.median(hop[key]) - statistics.median(floor[key]) for key in shared}
+    print(f"  added per event (remote p50 - floor p50), {len(shared)} events of the reply "
+          f"(local only: {sorted(set(floor) - set(hop)) or 'none'}; remote only: {sorted(set(hop) - set(floor)) or 'none'}):")
+    for key in shared:
+        print(f"    {key:<56} floor {statistics.median(floor[key]):6.2f} ms  remote {statistics.median(hop[key]):6.2f} ms"
+              f"  added {added[key]:6.2f} ms")
+    print(f"  the remote hop adds p50 {statistics.median(added.values()):.2f} ms per event "
+          f"(max {max(added.values()):.2f} ms), {added[f'{p.ResponseAudioDelta.type}#1']:.2f} ms to the first audio")
     await remote.close()
     await server.close()
     await local.close()

@@ -7,7 +7,11 @@ audio track fed from the shared ``CallAudioPath`` playout, with a short
 AudioSource queue that is emptied at once on barge-in. Transcripts of both
 sides go out on ``lk.transcription`` text streams; the agent's state is the
 ``lk.agent.state`` attribute (beside it ``duplex.turn_ms``, ``duplex.barge_in_ms`` and
-``duplex.random_weights`` for the page); SIP DTMF digits reach the session.
+``duplex.random_weights`` for the page); SIP DTMF digits reach the session. The caller's
+typed events -- ``error`` (a refusal, a lost backend) and ``session.closed`` --
+go out as their wire JSON, one text message each on the ``duplex.events``
+topic. A conversation the backend ends (``backend_lost``, ``shutting_down``)
+ends the call with that reason: the agent leaves the room.
 
 A draining worker asks each call to ``finish_after_current()`` (the live
 conversation goes on; no next caller is taken) and, at its drain deadline,
@@ -28,6 +32,7 @@ import numpy as np
 from livekit import rtc
 
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.codec import encode_event
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
@@ -42,6 +47,10 @@ SOURCE_QUEUE_MS = 60
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
+#: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.
+EVENTS_TOPIC = "duplex.events"
+#: How long a call that ends may take to hand the room its last writes (its closing event) before leaving.
+FLUSH_ROOM_WRITES_S = 5.0
 #: Room writes (attributes, transcript streams) waiting for a room that is slow to take them.
 MAX_QUEUED_ROOM_WRITES = 256
 CALLER_KINDS = (rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_SIP)
@@ -86,6 +95,8 @@ class LiveKitRoomCall:
         #: Set when the room closes or the call is closed; ``_end_reason`` says which.
         self._room_closed = asyncio.Event()
         self._end_reason = "room_closed"
+        #: The reason of a conversation the backend ended (not the caller, not us): the call ends with it.
+        self._ended_by_backend: str | None = None
         self._finishing = False  # draining: end after the current caller, take no next one
         self._finished = asyncio.Event()  # ``run`` has ended its call and returned
         #: Room writes (attributes, transcript streams) happen one after another, in order.
@@ -123,6 +134,11 @@ class LiveKitRoomCall:
         finally:
             await self._end_call(self._end_reason)
             self._deltas.cancel()
+            if self.room.isconnected():  # the closing event reaches the room before the agent leaves it
+                try:
+                    await asyncio.wait_for(self._room_writes.join(), FLUSH_ROOM_WRITES_S)
+                except TimeoutError:
+                    log.warning("the room took no writes for %g s; leaving without them", FLUSH_ROOM_WRITES_S)
             if self._writer_task is not None:
                 self._writer_task.cancel()
                 await asyncio.gather(self._writer_task, return_exceptions=True)
@@ -167,8 +183,10 @@ class LiveKitRoomCall:
             self.conversation = await self.backend.open()
         except AdmissionError as exc:
             log.warning("cannot serve %s: %s", caller.identity, exc)
+            self._tell_room(p.ErrorEvent.of(exc.code, str(exc), error_type="server_error"))
             await self._wait(self._caller_changed)
             return
+        self._ended_by_backend = None
         self.caller = caller
         self.sessions_served += 1
         log.info("serving %s (%s) in room %s", caller.identity, rtc.ParticipantKind.Name(caller.kind), self.room.name)
@@ -188,7 +206,10 @@ class LiveKitRoomCall:
         await self._wait(self._caller_changed)
         while not self._room_closed.is_set() and self._caller_present():
             await self._wait(self._caller_changed)
-        if not self._room_closed.is_set():
+        if self._ended_by_backend is not None and not self._room_closed.is_set():
+            self._end_reason = self._ended_by_backend
+            self._room_closed.set()
+        elif not self._room_closed.is_set():
             await self._end_call("caller_left")
 
     def _caller_present(self) -> bool:
@@ -298,8 +319,17 @@ class LiveKitRoomCall:
             self._later(self._close_agent_segment)
         elif isinstance(event, p.ErrorEvent):
             log.warning("session error %s: %s", event.code, event.error.get("message"))
+            self._tell_room(event)
+        elif isinstance(event, p.SessionClosed):  # the backend ended it (our own close stops the path first)
+            self._ended_by_backend = event.reason
+            self._tell_room(event)
         elif isinstance(event, p.DtmfReceived):
             log.info("DTMF %s from %s", event.digit, self.caller.identity if self.caller else "?")
+
+    def _tell_room(self, event: p.ErrorEvent | p.SessionClosed) -> None:
+        """One typed event for the room's participants: its wire JSON as a text message on ``duplex.events``."""
+        text = json.dumps(encode_event(event), separators=(",", ":"))
+        self._later(lambda: self.room.local_participant.send_text(text, topic=EVENTS_TOPIC))
 
     def _on_cut_short(self, response_id: str, heard: str) -> None:
         """The caller heard only part of a reply: its final transcript says just that part."""
@@ -361,3 +391,5 @@ class LiveKitRoomCall:
                 await write()
             except Exception as exc:  # a failed write (room closing) must not stop the next ones
                 log.warning("room write failed: %s", exc)
+            finally:
+                self._room_writes.task_done()
