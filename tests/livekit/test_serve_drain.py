@@ -39,8 +39,11 @@ async def test_a_live_session_goes_on_until_it_ends_then_serve_exits_0(start_ser
     assert error["error"]["code"] == "shutting_down"
     await refused.close()
 
-    # The live session keeps talking while the worker drains.
+    # The live session keeps talking while the worker drains, then ends the way a client ends a
+    # session (a dropped socket would be kept for its resume grace, as vLLM-Omni keeps it).
     assert (await _exchange(driver))["status"] == "completed"
+    await driver.send({"type": "session.close"})
+    await driver.until("session.closed", timeout=30)
     await driver.close()
     assert await serve.exited(timeout=30) == 0  # long before the 60 s drain timeout
 
