@@ -125,6 +125,7 @@ class RemoteBackend(DuplexBackend):
             if len(self._conversations) + self._opening >= self.max_sessions:
                 raise AdmissionError(f"all {self.max_sessions} remote sessions are in use; try again later")
             self._opening += 1
+        self.capacity.claimed()
         loop = asyncio.get_running_loop()
         http = aiohttp.ClientSession()
         conversation: RemoteConversation | None = None

@@ -5,7 +5,9 @@ Three sources. Our own server publishes ``{"sessions", "max_sessions"}`` on
 ``/healthz``; its ``/health`` says only whether the engine is alive (200, or 503
 when it is dead: no free sessions). Beyond that a server is known by its
 refusals: a ``resource_exhausted`` marks it full until one of our sessions on it
-ends or ``refusal_hold_s`` passes. Each probe also times the round trip. The
+ends or ``refusal_hold_s`` passes. Sessions this worker claimed after the last probe was
+asked are taken off the published figure, so two calls placed within one probe interval do
+not both count the same free session. Each probe also times the round trip. The
 figures are read from any thread (a LiveKit worker's load function runs in an
 executor), so they are kept behind a lock.
 """
@@ -38,6 +40,7 @@ class ServerCapacity:
         self._refused_at: float | None = None
         self._alive = True  # the last probe reached a live server (or none has run)
         self._rtt_s: float | None = None
+        self._claims: list[float] = []  # when this worker claimed a session the last publication may not count
 
     @property
     def free_sessions(self) -> int | None:
@@ -47,7 +50,9 @@ class ServerCapacity:
                 return 0
             if self._refused_at is not None and time.monotonic() - self._refused_at < self.refusal_hold_s:
                 return 0
-            return self._published
+            if self._published is None:
+                return None
+            return max(0, self._published - len(self._claims))
 
     @property
     def rtt_s(self) -> float | None:
@@ -64,13 +69,22 @@ class ServerCapacity:
         with self._lock:
             self._refused_at = time.monotonic()
 
+    def claimed(self) -> None:
+        """This worker is opening a session there: one fewer free until a probe asked later says otherwise."""
+        with self._lock:
+            self._claims.append(time.monotonic())
+
     def session_ended(self) -> None:
         with self._lock:
             self._refused_at = None
 
-    def published(self, free: int | None, *, alive: bool = True, rtt_s: float | None = None) -> None:
+    def published(self, free: int | None, *, alive: bool = True, rtt_s: float | None = None,
+                  asked_at: float | None = None) -> None:
+        """A probe's reading; ``asked_at`` (monotonic): when it was asked, so claims before it are counted in it."""
         with self._lock:
             self._published = free
+            asked_at = time.monotonic() if asked_at is None else asked_at
+            self._claims = [t for t in self._claims if t >= asked_at]
             self._alive = alive
             if rtt_s is not None:
                 self._rtt_s = rtt_s
@@ -86,7 +100,7 @@ class ServerCapacity:
                         status = response.status
                         text = await response.text() if status == 200 else ""
                 except (aiohttp.ClientError, OSError, TimeoutError):
-                    self.published(None)  # unreachable just now: unknown, not full (opens find out)
+                    self.published(None, asked_at=started)  # unreachable just now: unknown, not full (opens find out)
                 else:
                     rtt_s = time.monotonic() - started
                     try:
@@ -95,11 +109,11 @@ class ServerCapacity:
                         data = None
                     if isinstance(data, dict) and isinstance(data.get("sessions"), int) \
                             and isinstance(data.get("max_sessions"), int):
-                        self.published(max(0, data["max_sessions"] - data["sessions"]), rtt_s=rtt_s)
+                        self.published(max(0, data["max_sessions"] - data["sessions"]), rtt_s=rtt_s, asked_at=started)
                     elif url.path == "/healthz" and status in (404, 405):
                         log.info("%s publishes no session capacity; reading vLLM-Omni's /health", url)
                         url = health_url(realtime_url, "/health")
                         continue
                     else:  # vLLM-Omni's /health: 200 healthy, 503 when its engine is dead
-                        self.published(None, alive=status == 200, rtt_s=rtt_s)
+                        self.published(None, alive=status == 200, rtt_s=rtt_s, asked_at=started)
                 await asyncio.sleep(interval_s)

@@ -338,3 +338,19 @@ def test_the_history_a_new_backend_gets_is_what_the_caller_heard():
     ]
     history.server_event(p.ConversationItemDeleted("item_u1"))
     assert [item["id"] for item in history.items()] == ["item_a1"]
+
+
+def test_a_session_claimed_since_the_last_probe_was_asked_is_not_counted_free_twice():
+    import time
+
+    from duplex_agent.agent.remote.capacity import ServerCapacity
+
+    capacity = ServerCapacity()
+    asked = time.monotonic()
+    capacity.published(2, asked_at=asked)
+    capacity.claimed()  # a call placed before the next probe: the published 2 does not know it
+    assert capacity.free_sessions == 1
+    capacity.published(1, asked_at=asked)  # a reading asked before the claim still lacks it
+    assert capacity.free_sessions == 0
+    capacity.published(1, asked_at=time.monotonic())  # asked after the claim: the server counts it
+    assert capacity.free_sessions == 1
