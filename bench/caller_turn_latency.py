@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import aiohttp
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 
+from bench.call_rig import free_port
 from bench.stats import percentile
 from bench.webrtc_callers import LOUD_RMS, offer_and_connect
 from devtools.speech import espeak, pause_inside, speak
@@ -317,12 +317,6 @@ async def say_one(caller: CallerPeer, utterance: Utterance) -> Said:
 # ---- setup and report ----
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def wait_http(url: str, path: str, timeout: float) -> None:
     deadline = time.perf_counter() + timeout
     async with aiohttp.ClientSession() as http:
@@ -360,6 +354,30 @@ def fmt(values: list[float]) -> str:
     return f"p50 {statistics.median(values):6.0f} ms  p95 {percentile(values, 95):6.0f} ms  (n={len(values)})"
 
 
+@dataclass(frozen=True)
+class ModeFigures:
+    """One end-of-turn mode's turns, as the caller heard them, against the echo floor."""
+
+    finished_ms: list[float]  # finished sentences: last speech sent -> first loud reply frame heard
+    beyond_floor_p50_ms: float  # their p50 less the echo floor's (the goal: GOAL_MS)
+    cut_ins: int  # paused sentences whose turn was committed before the sentence was over
+    paused: int
+    unanswered: int
+    worker_turn_ms: list[float]  # the worker's own turn_ms for the finished sentences
+
+
+def mode_figures(said: list[Said], floor_ms: float) -> ModeFigures:
+    finished = [1000.0 * (s.heard_at - s.last_sent_at) for s in said
+                if not s.utterance.paused and s.heard_at and s.last_sent_at]
+    paused = [s for s in said if s.utterance.paused]
+    beyond = (statistics.median(finished) if finished else float("nan")) - floor_ms
+    return ModeFigures(
+        finished_ms=finished, beyond_floor_p50_ms=beyond,
+        cut_ins=sum(s.commits_before_end > 0 for s in paused), paused=len(paused),
+        unanswered=sum(s.heard_at is None for s in said),
+        worker_turn_ms=[s.worker_turn_ms for s in said if not s.utterance.paused and s.worker_turn_ms is not None])
+
+
 def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
     floor = statistics.median(echo) if echo else float("nan")
     print(f"\nvoice: {'Piper joe' if voice == 'piper' else 'espeak-ng ' + voice}; responder: echo; "
@@ -367,18 +385,13 @@ def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
     print(f"  echo peer round trip (transport floor):         {fmt(echo)}")
     for end_of_turn, said in runs.items():
         name = "end-of-turn model on " if end_of_turn else "end-of-turn model off"
-        finished = [1000.0 * (s.heard_at - s.last_sent_at) for s in said
-                    if not s.utterance.paused and s.heard_at and s.last_sent_at]
-        paused = [s for s in said if s.utterance.paused]
-        cut_ins = sum(s.commits_before_end > 0 for s in paused)
-        unanswered = sum(s.heard_at is None for s in said)
-        p50 = statistics.median(finished) if finished else float("nan")
-        print(f"  {name}: finished sentences, caller-heard  {fmt(finished)}")
-        print(f"      minus the echo floor: p50 {p50 - floor:6.0f} ms   (goal <= {GOAL_MS:.0f} ms)")
-        print(f"      false cut-ins on mid-sentence pauses (300-400 ms): {cut_ins}/{len(paused)}"
-              f"   unanswered utterances: {unanswered}")
-        worker = [s.worker_turn_ms for s in said if not s.utterance.paused and s.worker_turn_ms is not None]
-        print(f"      the worker's own turn_ms (end of speech at its input -> first frame out): {fmt(worker)}")
+        figures = mode_figures(said, floor)
+        print(f"  {name}: finished sentences, caller-heard  {fmt(figures.finished_ms)}")
+        print(f"      minus the echo floor: p50 {figures.beyond_floor_p50_ms:6.0f} ms   (goal <= {GOAL_MS:.0f} ms)")
+        print(f"      false cut-ins on mid-sentence pauses (300-400 ms): {figures.cut_ins}/{figures.paused}"
+              f"   unanswered utterances: {figures.unanswered}")
+        print(f"      the worker's own turn_ms (end of speech at its input -> first frame out): "
+              f"{fmt(figures.worker_turn_ms)}")
 
 
 async def run(args: argparse.Namespace) -> None:

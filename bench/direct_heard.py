@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.call_rounds import Service, free_port, scrape, wait_for_metrics, write_speech
+from bench.call_rig import Service, free_port, scrape, wait_for_metrics, write_speech
 from bench.stats import percentile, summary
 
 GOAL_BEYOND_FLOOR_MS = 40.0  # barge-in beyond the floor, p95 (issue 23)

@@ -3,7 +3,7 @@
 Speaks the worker's ``POST /api/offer`` (so the same callers connect to it) and
 serves ``/metrics`` with the one figure the benches read from it, the open peers.
 No model, no resampling, no VAD: what a call costs aiortc as shipped (its decoder
-thread, its Opus encoder, SRTP, ICE). Run as its own process by ``bench.call_rounds``.
+thread, its Opus encoder, SRTP, ICE). Run as its own process by ``bench.call_rig``.
 
 ``--reply tone``: the floor of barge-in and turn latency as the caller hears them
 (``bench.direct_heard``). Each caller's audio arrives through aiortc's receiver as shipped;

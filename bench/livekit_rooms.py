@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from livekit import api, rtc
 
-from bench.call_rounds import API_KEY, API_SECRET, children_take_sigint, start_loopback_server
+from bench.call_rig import API_KEY, API_SECRET, children_take_sigint, start_loopback_server
 from bench.livekit_ffi import report, run_modes, threads_round
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from bench.call_rounds import profile_shares
 from bench.livekit_ffi import report
 from bench.stats import histogram_quantile, percentile
+from bench.worker_profile import profile_shares
 
 
 def test_histogram_quantile_interpolates_inside_the_bucket_as_prometheus_does():
@@ -67,7 +67,7 @@ def test_a_round_on_a_saturated_machine_is_left_out_of_the_verdicts():
     """LiveKit's 16-call round on 2 cores had every call up, but with the machine at 2.00 cores the
     callers got 7 end-of-turn answers a minute instead of 20: the worker's low figure per call was
     work not done, not linearity."""
-    from bench.call_rounds import Round
+    from bench.call_figures import Round
 
     saturated = Round("livekit", 16, serving=16, ready=True, machine_cores=2.0)
     busy = Round("direct", 16, serving=16, ready=True, machine_cores=1.3)
