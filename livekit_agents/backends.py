@@ -1,0 +1,61 @@
+"""Where a ``DuplexModel``'s conversations run: a duplex websocket, or this process.
+
+Both hand out ``Conversation``s (``agent/session/ports.py``) opened in the calling job's
+loop. The in-process backend is one per plugin and options for the whole process: every
+job thread of a livekit-agents worker shares its one model load and one engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.session.ports import Conversation, DuplexBackend
+from duplex_agent.livekit_agents.plugin_options import build_plugin_backend
+
+#: The remote backend admits what the server admits: a full server answers with its own code.
+_REMOTE_SESSIONS = 1 << 16
+
+
+class RemoteModelBackend:
+    """Conversations on a duplex realtime websocket (``/v1/realtime?duplex=1``), resumed when dropped."""
+
+    def __init__(self, url: str, *, api_key: str, session: dict[str, Any]) -> None:
+        self.url = url
+        self.backend = RemoteBackend(url, api_key=api_key, max_sessions=_REMOTE_SESSIONS, session=session)
+
+    async def open(self) -> Conversation:
+        return await self.backend.open()
+
+    async def close(self) -> None:
+        """Each session closes its own conversation, in its own loop: nothing is shared to close."""
+
+
+class InProcessBackend:
+    """Our session runner and a plugin in this process, loaded once and shared by every job thread."""
+
+    _lock = threading.Lock()
+    _loaded: dict[str, DuplexBackend] = {}
+
+    def __init__(self, plugin: str, options: dict[str, Any]) -> None:
+        self.plugin = plugin
+        self.options = dict(options)
+        self._key = json.dumps([plugin, self.options], sort_keys=True, default=repr)
+
+    def shared(self) -> DuplexBackend:
+        """The process's backend for this plugin and options, loading it on first use (blocks)."""
+        with InProcessBackend._lock:  # one load even when two jobs start at once
+            backend = InProcessBackend._loaded.get(self._key)
+            if backend is None:
+                backend = InProcessBackend._loaded[self._key] = build_plugin_backend(self.plugin, self.options)
+            return backend
+
+    async def open(self) -> Conversation:
+        backend = await asyncio.to_thread(self.shared)
+        return await backend.open()
+
+    async def close(self) -> None:
+        """The shared engine outlives any one model object: it ends with the process."""
