@@ -55,6 +55,12 @@ class HeardWords:
         self._taken[response_id] = heard
         return self._words.get(response_id, [])[taken:heard]
 
+    def take_rest(self, response_id: str) -> list[HeardWord]:
+        """All the words not taken yet: the response played out to its end."""
+        words = self._words.get(response_id, [])
+        taken, self._taken[response_id] = self._taken.get(response_id, 0), len(words)
+        return words[taken:]
+
     def forget(self, response_id: str) -> None:
         self._marks.pop(response_id, None)
         self._words.pop(response_id, None)

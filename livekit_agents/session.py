@@ -181,11 +181,14 @@ class DuplexAgentSession(llm.DuplexSession):
                 return
             pcm = path.next_frame()
             self._watch_resumes()
-            response = path.playout.current_response_id if path.playout.playing else None
+            # a response holds the gate from its first frame to its last, underruns included
+            response = path.playout.current_response_id or (self._frame_response if path.playout.playing else None)
             if self._link.session is None and tick % _LINK_EVERY_TICKS == 0:
                 self.link_session()
             for frame in self._frames_for(pcm, response, timeline_ms):
                 yield frame
+            if response is not None:  # after the adapter has opened the frame's burst
+                self._emit_heard(response)
             tick += 1
             timeline_ms += FRAME_MS
 
@@ -193,8 +196,8 @@ class DuplexAgentSession(llm.DuplexSession):
         frames: list[DuplexAudioFrame] = []
         previous = self._frame_response
         if previous is not None and previous != response:
-            # played out: its last words describe sound now heard (a cut one says no more)
-            self._emit_heard(previous)
+            # played out: all its words were heard (a cut one says no more)
+            self._emit_heard(previous, to_the_end=True)
         if response is not None and previous not in (None, response):
             # two responses back to back: a closed frame between them makes them two bursts
             self._gate.open_for = None
@@ -207,16 +210,16 @@ class DuplexAgentSession(llm.DuplexSession):
         self._frame_response = response
         frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
         frames.append(DuplexAudioFrame(frame, start_ms=int(start_ms)))
-        if response is not None:
-            self._emit_heard(response)
         return frames
 
-    def _emit_heard(self, response_id: str) -> None:
+    def _emit_heard(self, response_id: str, *, to_the_end: bool = False) -> None:
         path = self._path
         if path is None or response_id in self._cut:
             return
         origin = self._response_start_ms.get(response_id, 0.0)
-        for word in self._words.take_heard(response_id, path.playout.played_ms(response_id)):
+        heard = self._words.take_rest(response_id) if to_the_end else \
+            self._words.take_heard(response_id, path.playout.played_ms(response_id))
+        for word in heard:
             self.emit("transcript_delta", DuplexOutputTranscriptDelta(
                 text=word.text + " ", start_ms=int(origin + word.start_ms), end_ms=int(origin + word.end_ms)))
 
@@ -235,7 +238,10 @@ class DuplexAgentSession(llm.DuplexSession):
     def _on_playout_cleared(self) -> None:
         """Our edge (or the model) stopped the agent: nothing more of it is heard or said."""
         if self._frame_response is not None:
-            self._cut.add(self._frame_response)
+            self._cut_response(self._frame_response)
+
+    def _cut_response(self, response_id: str) -> None:
+        self._cut.add(response_id)
         if self.link_session() is not None and self._model.overlap_policy != "listen":
             self._link.interrupt()
 
@@ -263,6 +269,10 @@ class DuplexAgentSession(llm.DuplexSession):
         elif isinstance(event, p.InputTranscriptionCompleted):
             self.emit("input_audio_transcription_completed", llm.InputTranscriptionCompleted(
                 item_id=event.item_id, transcript=event.transcript, is_final=True))
+        elif isinstance(event, p.ResponseDone) and event.status != "completed" \
+                and event.response_id == self._frame_response and event.response_id not in self._cut:
+            # the model ended the response while its audio paused (nothing queued to clear)
+            self._cut_response(event.response_id)
         elif isinstance(event, p.ErrorEvent):
             self._fail(event.code, str(event.error.get("message", "")), recoverable=True)
 

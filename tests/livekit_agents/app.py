@@ -28,7 +28,8 @@ def _model() -> DuplexModel:
 
 
 MODEL = _model()
-server = AgentServer(job_executor_type=JobExecutorType.THREAD, port=0)
+# the default load is the machine's CPU, which a loaded test machine would report as full
+server = AgentServer(job_executor_type=JobExecutorType.THREAD, port=0, drain_timeout=10, load_fnc=lambda: 0.0)
 
 
 def _record(room: str, kind: str, **data) -> None:
