@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.session.ports import Conversation, DuplexBackend
 from duplex_agent.livekit_agents.plugin_options import build_plugin_backend
 
+log = logging.getLogger("duplex_agent.livekit_agents")
 #: The remote backend admits what the server admits: a full server answers with its own code.
 _REMOTE_SESSIONS = 1 << 16
 
@@ -52,6 +54,16 @@ class InProcessBackend:
             if backend is None:
                 backend = InProcessBackend._loaded[self._key] = build_plugin_backend(self.plugin, self.options)
             return backend
+
+    def preload(self) -> None:
+        """Start loading now, on a thread of its own, so the first call does not wait for it."""
+        threading.Thread(target=self._preload, name="duplex-model-load", daemon=True).start()
+
+    def _preload(self) -> None:
+        try:
+            self.shared()
+        except Exception:  # the first session's open reports it, with its code
+            log.exception("loading %s failed", self.plugin)
 
     async def open(self) -> Conversation:
         backend = await asyncio.to_thread(self.shared)

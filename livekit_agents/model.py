@@ -57,13 +57,14 @@ class DuplexModel(llm.DuplexModel):
         """Our local backend in this worker: ``plugin`` is "reference", "moshi" or a dotted path.
 
         ``plugin_options`` are the worker's settings (``moshi_config="tiny"``, ``device``,
-        ``max_sessions``...). The model loads once per process, on the first session, and every
+        ``max_sessions``...). The model loads once per process, starting now on a thread, and every
         job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
         """
         model = cls.__new__(cls)
         llm.DuplexModel.__init__(model, capabilities=CAPABILITIES)
         model.overlap_policy = overlap_policy
         model._backend = InProcessBackend(plugin, plugin_options)
+        model._backend.preload()
         model._model_name = plugin
         model._attached = []
         model._lock = threading.Lock()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ log = logging.getLogger("duplex_agent.livekit_agents")
 FRAME_S = FRAME_MS / 1000.0
 #: A clock this late (the loop stalled) starts a new schedule rather than burst out the backlog.
 MAX_CLOCK_LAG_S = 0.2
+#: Caller audio kept while the session opens (a model loading, a socket connecting), then fed in.
+MAX_EARLY_INPUT_S = 5.0
 #: Ticks between tries to find the AgentSession while none is found yet (once a second).
 _LINK_EVERY_TICKS = 50
 
@@ -66,6 +69,10 @@ class DuplexAgentSession(llm.DuplexSession):
         self._frame_response: str | None = None  # the response the last frame carried
         self._link = AgentSessionLink(self, response_of_burst=lambda: self._gate.open_for,
                                       on_room_played=self._room_played)
+        #: What the caller heard of each reply cut short, as acknowledged to the model (its ledger's text).
+        self.cut_replies: list[str] = []
+        self._early_input: deque[rtc.AudioFrame] = deque()
+        self._early_input_s = 0.0
         self._resumes = 0
         self._closed_by_us = False
         self._open_task = asyncio.create_task(self._open(), name="duplex-session-open")
@@ -92,6 +99,12 @@ class DuplexAgentSession(llm.DuplexSession):
         await self._path.start()
         if self._instructions:
             self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
+        fed = 0
+        while self._early_input:  # what the caller said while the session opened, a little at a time
+            self._push(self._path, self._early_input.popleft())
+            fed += 1
+            if fed % 5 == 0:
+                await asyncio.sleep(0)
         self._ready.set()
 
     def _fail(self, code: str, message: str, *, recoverable: bool = False) -> None:
@@ -115,12 +128,20 @@ class DuplexAgentSession(llm.DuplexSession):
         return self._conversation.inner if self._conversation is not None else None
 
     def push_audio(self, frame: rtc.AudioFrame) -> None:
-        if self._path is None:
-            return
+        if self._path is not None:
+            self._push(self._path, frame)
+        elif not self._ready.is_set():
+            self._early_input.append(frame)
+            self._early_input_s += frame.duration
+            while self._early_input_s > MAX_EARLY_INPUT_S:
+                self._early_input_s -= self._early_input.popleft().duration
+
+    @staticmethod
+    def _push(path: CallAudioPath, frame: rtc.AudioFrame) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) * np.float32(1.0 / 32768.0)
         if frame.num_channels > 1:
             samples = samples.reshape(-1, frame.num_channels).mean(axis=1)
-        self._path.push_caller_frame(samples, frame.sample_rate)
+        path.push_caller_frame(samples, frame.sample_rate)
 
     async def _update_instructions(self, instructions: str) -> None:
         self._instructions = instructions
@@ -249,7 +270,12 @@ class DuplexAgentSession(llm.DuplexSession):
         """The room output finished a burst: ack at its position; for a cut one, the heard text."""
         if self._conversation is not None:
             self._conversation.room_played(response_id, played_ms)
-        heard = self._words.heard_text(response_id, played_ms) if interrupted or response_id in self._cut else None
+        if self._path is not None:  # as the ack says: the room cannot have played more than we handed it
+            played_ms = min(played_ms, self._path.playout.played_ms(response_id))
+        heard = None
+        if interrupted or response_id in self._cut:
+            heard = self._words.heard_text(response_id, played_ms)
+            self.cut_replies.append(heard)
         self._words.forget(response_id)
         self._response_start_ms.pop(response_id, None)
         return heard

@@ -46,9 +46,12 @@ async def entrypoint(ctx: agents.JobContext) -> None:
     def item_added(ev) -> None:
         # read once every listener has seen it: the model cuts an interrupted message to what was heard
         item = ev.item
-        if getattr(item, "type", "") == "message":
-            loop.call_soon(lambda: _record(room, "item", role=item.role, text=item.text_content or "",
-                                           interrupted=item.interrupted))
+        if getattr(item, "type", "") != "message":
+            return
+        # an interrupted reply: also what our session acknowledged to the model as heard
+        ledger = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
+        loop.call_soon(lambda: _record(room, "item", role=item.role, text=item.text_content or "",
+                                       interrupted=item.interrupted, ledger=ledger))
 
     session.on("conversation_item_added", item_added)
     # ev.error is the model's RealtimeModelError; its own error carries the wire's code
