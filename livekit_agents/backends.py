@@ -14,8 +14,9 @@ import threading
 from typing import Any
 
 from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.session.ports import Conversation, DuplexBackend
-from duplex_agent.livekit_agents.plugin_options import build_plugin_backend
+from duplex_agent.livekit_agents.plugin_options import build_plugin_backend, plugin_settings
 
 log = logging.getLogger("duplex_agent.livekit_agents")
 #: The remote backend admits what the server admits: a full server answers with its own code.
@@ -25,9 +26,10 @@ _REMOTE_SESSIONS = 1 << 16
 class RemoteModelBackend:
     """Conversations on a duplex realtime websocket (``/v1/realtime?duplex=1``), resumed when dropped."""
 
-    def __init__(self, url: str, *, api_key: str, session: dict[str, Any]) -> None:
+    def __init__(self, url: str, *, api_key: str, session: dict[str, Any], options: RemoteOptions | None) -> None:
         self.url = url
-        self.backend = RemoteBackend(url, api_key=api_key, max_sessions=_REMOTE_SESSIONS, session=session)
+        self.backend = RemoteBackend(url, api_key=api_key, max_sessions=_REMOTE_SESSIONS, session=session,
+                                     options=options)
 
     async def open(self) -> Conversation:
         return await self.backend.open()
@@ -43,6 +45,7 @@ class InProcessBackend:
     _loaded: dict[str, DuplexBackend] = {}
 
     def __init__(self, plugin: str, options: dict[str, Any]) -> None:
+        plugin_settings(plugin, options)  # a bad option is the caller's TypeError now, not a job's later
         self.plugin = plugin
         self.options = dict(options)
         self._key = json.dumps([plugin, self.options], sort_keys=True, default=repr)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from livekit.agents import llm
 from livekit.agents.job import JobExecutorType, get_job_context
 
+from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents.backends import InProcessBackend, RemoteModelBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.session import DuplexAgentSession
@@ -35,34 +36,43 @@ CAPABILITIES = llm.DuplexCapabilities(
 
 
 class DuplexModel(llm.DuplexModel):
-    def __init__(self, url: str, *, api_key: str | None = None, session: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, session: dict[str, Any] | None = None,
+                 options: RemoteOptions | None = None) -> None:
         """A model on a duplex realtime websocket (``ws://host:port/v1/realtime?duplex=1``).
 
         ``api_key`` defaults to ``DUPLEX_API_KEY``; ``session`` (the wire's ``session.update``
         fields, ours or vLLM-Omni's) is merged into every session's first ``session.update``;
         its ``overlap_policy`` ("barge_in", the default, or "listen") is also the edge's.
+        ``options``: the client's timeouts (``agent.remote.conversation.RemoteOptions``).
         """
         super().__init__(capabilities=CAPABILITIES)
         session = dict(session or {})
         self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
+        self.turn_detection = session.get("turn_detection")
+        self._opening_update: dict[str, Any] = {}  # the remote backend sends ``session`` when it opens
         self._backend: RemoteModelBackend | InProcessBackend = RemoteModelBackend(
-            url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key, session=session)
+            url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key, session=session,
+            options=options)
         self._model_name = url
         self._attached: list[AgentSession] = []
         self._lock = threading.Lock()
         self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
 
     @classmethod
-    def in_process(cls, plugin: str, *, overlap_policy: str = "barge_in", **plugin_options: Any) -> DuplexModel:
+    def in_process(cls, plugin: str, *, session: dict[str, Any] | None = None, **plugin_options: Any) -> DuplexModel:
         """Our local backend in this worker: ``plugin`` is "reference", "moshi" or a dotted path.
 
+        ``session`` is as for ``DuplexModel(url, session=...)``: every session opens with it.
         ``plugin_options`` are the worker's settings (``moshi_config="tiny"``, ``device``,
         ``max_sessions``...). The model loads once per process, starting now on a thread, and every
         job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
         """
         model = cls.__new__(cls)
         llm.DuplexModel.__init__(model, capabilities=CAPABILITIES)
-        model.overlap_policy = overlap_policy
+        session = dict(session or {})
+        model.overlap_policy = str(session.get("overlap_policy", "barge_in"))
+        model.turn_detection = session.get("turn_detection")
+        model._opening_update = session
         model._backend = InProcessBackend(plugin, plugin_options)
         model._backend.preload()
         model._model_name = plugin

@@ -91,9 +91,17 @@ class DuplexAgentSession(llm.DuplexSession):
             self._fail(exc.code, str(exc))
             self._ready.set()
             return
+        except Exception as exc:  # the in-process model failed to load
+            log.exception("the duplex backend failed to open a session")
+            self._fail("model_unavailable", f"{type(exc).__name__}: {exc}")
+            self._ready.set()
+            return
         self._report_connection_acquired(time.perf_counter() - started)
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
+        if self._model._opening_update:
+            self._conversation.send(p.SessionUpdate(session=dict(self._model._opening_update)))
         self._path = CallAudioPath(self._conversation, overlap_policy=self._model.overlap_policy,
+                                   turn_detection=self._model.turn_detection,
                                    on_event=self._on_event, on_closed=self._on_conversation_closed,
                                    on_playout_cleared=self._on_playout_cleared)
         await self._path.start()

@@ -14,6 +14,7 @@ import os
 from livekit import agents
 from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
 
+from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents import DuplexModel
 
 AGENT_NAME = "duplex-lk-test"
@@ -22,7 +23,8 @@ RECORD = os.environ["DUPLEX_TEST_RECORD"]
 
 def _model() -> DuplexModel:
     if url := os.environ.get("DUPLEX_TEST_URL"):
-        return DuplexModel(url)
+        # the reference model on a loaded 2-core machine can take seconds per sentence
+        return DuplexModel(url, options=RemoteOptions(stall_timeout_s=20.0))
     return DuplexModel.in_process(os.environ.get("DUPLEX_TEST_PLUGIN", "reference"),
                                   **json.loads(os.environ.get("DUPLEX_TEST_OPTIONS", "{}")))
 
