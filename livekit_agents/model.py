@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from livekit.agents import llm
@@ -19,7 +20,7 @@ from livekit.agents.job import JobExecutorType, get_job_context
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents.backends import InProcessBackend, RemoteModelBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
-from duplex_agent.livekit_agents.session import DuplexAgentSession
+from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
@@ -54,7 +55,7 @@ class DuplexModel(llm.DuplexModel):
             url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key, session=session,
             options=options)
         self._model_name = url
-        self._attached: list[AgentSession] = []
+        self._attached: weakref.WeakSet[AgentSession] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
 
@@ -76,7 +77,7 @@ class DuplexModel(llm.DuplexModel):
         model._backend = InProcessBackend(plugin, plugin_options)
         model._backend.preload()
         model._model_name = plugin
-        model._attached = []
+        model._attached = weakref.WeakSet()
         model._lock = threading.Lock()
         model._gates = {}
         return model
@@ -92,7 +93,7 @@ class DuplexModel(llm.DuplexModel):
     def attach(self, session: AgentSession) -> None:
         """Name the AgentSession that runs this model, for an app that starts it outside a job."""
         with self._lock:
-            self._attached.append(session)
+            self._attached.add(session)
 
     def audio_gate(self) -> ResponseGate:
         # the adapter asks for the gate, then for the session, on the same thread
@@ -110,7 +111,9 @@ class DuplexModel(llm.DuplexModel):
                     "needs livekit-agents' thread executor: AgentServer(job_executor_type=JobExecutorType.THREAD)")
         with self._lock:
             gate = self._gates.pop(threading.get_ident(), None) or ResponseGate()
-        return DuplexAgentSession(self, gate=gate)
+        plan = SessionPlan(self._backend, overlap_policy=self.overlap_policy, turn_detection=self.turn_detection,
+                           opening_update=self._opening_update, attached=self._attached)
+        return DuplexAgentSession(self, plan, gate=gate)
 
     async def aclose(self) -> None:
         await self._backend.close()

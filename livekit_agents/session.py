@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from livekit import rtc
@@ -32,7 +33,7 @@ from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from duplex_agent.livekit_agents.model import DuplexModel
+    from livekit.agents import AgentSession
 
 log = logging.getLogger("duplex_agent.livekit_agents")
 
@@ -53,10 +54,27 @@ class DuplexBackendError(llm.RealtimeError):
         self.code = code
 
 
+class Backend(Protocol):
+    async def open(self) -> Conversation: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """What a ``DuplexModel`` gives each of its sessions."""
+
+    backend: Backend
+    overlap_policy: str = "barge_in"
+    turn_detection: dict[str, Any] | None = None
+    #: session.update fields sent as the conversation opens (the remote backend sends its own)
+    opening_update: dict[str, Any] = field(default_factory=dict)
+    #: sessions named with ``DuplexModel.attach``
+    attached: Collection[AgentSession] = ()
+
+
 class DuplexAgentSession(llm.DuplexSession):
-    def __init__(self, model: DuplexModel, *, gate: ResponseGate) -> None:
+    def __init__(self, model: llm.DuplexModel, plan: SessionPlan, *, gate: ResponseGate) -> None:
         super().__init__(model)
-        self._model = model
+        self._plan = plan
         self._gate = gate
         self._tools = llm.ToolContext.empty()
         self._instructions: str | None = None
@@ -86,7 +104,7 @@ class DuplexAgentSession(llm.DuplexSession):
             return
         started = time.perf_counter()
         try:
-            conversation = await self._model._backend.open()
+            conversation = await self._plan.backend.open()
         except AdmissionError as exc:
             self._fail(exc.code, str(exc))
             self._ready.set()
@@ -98,10 +116,10 @@ class DuplexAgentSession(llm.DuplexSession):
             return
         self._report_connection_acquired(time.perf_counter() - started)
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
-        if self._model._opening_update:
-            self._conversation.send(p.SessionUpdate(session=dict(self._model._opening_update)))
-        self._path = CallAudioPath(self._conversation, overlap_policy=self._model.overlap_policy,
-                                   turn_detection=self._model.turn_detection,
+        if self._plan.opening_update:
+            self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
+        self._path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
+                                   turn_detection=self._plan.turn_detection,
                                    on_event=self._on_event, on_closed=self._on_conversation_closed,
                                    on_playout_cleared=self._on_playout_cleared)
         await self._path.start()
@@ -117,7 +135,7 @@ class DuplexAgentSession(llm.DuplexSession):
 
     def _fail(self, code: str, message: str, *, recoverable: bool = False) -> None:
         log.warning("duplex session error %s: %s", code, message)
-        self.emit("error", llm.RealtimeModelError(timestamp=time.time(), label=self._model.label,
+        self.emit("error", llm.RealtimeModelError(timestamp=time.time(), label=self.duplex_model.label,
                                                   error=DuplexBackendError(code, message), recoverable=recoverable))
 
     # ---- DuplexSession ----
@@ -257,7 +275,7 @@ class DuplexAgentSession(llm.DuplexSession):
     def link_session(self) -> Any:
         """The AgentSession this session runs in, connected on first sight (None until it is found)."""
         if self._link.session is None:
-            session = self._link.find(self._model._attached)
+            session = self._link.find(self._plan.attached)
             if session is not None:
                 self._link.connect(session)
                 if self._conversation is not None:
@@ -271,7 +289,7 @@ class DuplexAgentSession(llm.DuplexSession):
 
     def _cut_response(self, response_id: str) -> None:
         self._cut.add(response_id)
-        if self.link_session() is not None and self._model.overlap_policy != "listen":
+        if self.link_session() is not None and self._plan.overlap_policy != "listen":
             self._link.interrupt()
 
     def _room_played(self, response_id: str, played_ms: float, interrupted: bool) -> str | None:
