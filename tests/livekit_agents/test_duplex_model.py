@@ -4,6 +4,8 @@ session's history keeps only the words the caller heard."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,50 @@ async def test_unreachable_backend_gives_an_error_with_its_code_and_the_job_ends
     await wait_for(lambda: worker.records("close", "room-down"), 60, "the session to close")
     await wait_for(lambda: caller.agent_left, 60, "the agent to leave the room")
     await caller.leave()
+
+
+async def _ready_caller(livekit_server, worker, identity: str, room: str) -> LiveKitCaller:
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room))
+    await caller.join()
+    assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
+    await wait_for(lambda: worker.records("started", room), 60, f"the agent session in {room}")
+    return caller
+
+
+@pytest.mark.slow
+async def test_two_rooms_at_once_in_one_worker_each_hear_their_own_reply(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="reference")
+    alice = await _ready_caller(livekit_server, worker, "alice", "room-a")
+    bob = await _ready_caller(livekit_server, worker, "bob", "room-b")
+    try:
+        heard_alice, heard_bob = await asyncio.gather(
+            alice.say_and_hear("Please book a table for two people tonight.", timeout=120),
+            bob.say_and_hear("What is the weather like in London tomorrow?", timeout=120))
+        said_alice, said_bob = set(words(heard_alice)), set(words(heard_bob))
+        assert {"said", "table"} <= said_alice and not {"london", "weather"} & said_alice, heard_alice
+        assert {"said", "london"} <= said_bob and not {"table", "tonight"} & said_bob, heard_bob
+        # one model load for both jobs: the process loaded the reference voice once
+        assert worker.log().count("loading Piper voice from") == 1
+    finally:
+        await asyncio.gather(alice.leave(), bob.leave())
+    assert not worker.records("error"), worker.records("error")
+
+
+@pytest.mark.slow
+async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(livekit_server, start_serve,
+                                                                             start_app):
+    backend = await start_serve(plugin="reference", max_sessions=1)
+    worker = await start_app(DUPLEX_TEST_URL=backend.realtime_url)
+    alice = await _ready_caller(livekit_server, worker, "alice", "room-first")
+    await backend.until_sessions(1)
+    bob = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-second"))
+    await bob.join()
+    try:
+        await livekit_server.create_dispatch("room-second", AGENT_NAME)
+        await wait_for(lambda: worker.records("error", "room-second"), 60, "the error event")
+        assert worker.records("error", "room-second")[0]["code"] == "resource_exhausted"
+        await wait_for(lambda: worker.records("close", "room-second") and bob.agent_left, 60,
+                       "the job to end and leave the room")
+        assert not worker.records("error", "room-first")  # the first call goes on
+    finally:
+        await asyncio.gather(alice.leave(), bob.leave())
