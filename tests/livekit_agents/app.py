@@ -62,6 +62,7 @@ async def entrypoint(ctx: agents.JobContext) -> None:
     session.on("close", lambda ev: (_record(room, "close", reason=str(ev.reason)),
                                     ctx.shutdown("the agent session closed")))
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
+    session.current_agent.duplex_session.on("session_reconnected", lambda ev: _record(room, "reconnected"))
     _record(room, "started")
 
 

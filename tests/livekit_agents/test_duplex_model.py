@@ -174,3 +174,29 @@ async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(live
         assert not worker.records("error", "room-first")  # the first call goes on
     finally:
         await asyncio.gather(alice.leave(), bob.leave())
+
+
+@pytest.mark.slow
+async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(livekit_server, start_serve,
+                                                                               start_app):
+    from tests.livekit_agents.socket_cut import CuttableForwarder
+
+    backend = await start_serve(plugin="reference", max_sessions=2)
+    forwarder = CuttableForwarder(backend.port)
+    await forwarder.start()
+    worker = await start_app(DUPLEX_TEST_URL=f"ws://127.0.0.1:{forwarder.port}/v1/realtime?duplex=1")
+    caller = await _ready_caller(livekit_server, worker, "alice", "room-drop")
+    try:
+        heard = await caller.say_and_hear("Please book a table for two people tonight.", timeout=120)
+        assert {"said", "table"} <= set(words(heard)), heard
+        connections = forwarder.connections
+        forwarder.cut()
+        await wait_for(lambda: worker.records("reconnected", "room-drop"), 60, "session_reconnected")
+        assert forwarder.connections > connections  # a new socket, the same session
+        await backend.until_sessions(1)
+        heard = await caller.say_and_hear("What is the weather like in London tomorrow?", timeout=120)
+        assert {"said", "weather"} <= set(words(heard)), heard
+    finally:
+        await caller.leave()
+        await forwarder.stop()
+    assert not [r for r in worker.records("close", "room-drop") if "ERROR" in r["reason"]]
