@@ -8,6 +8,7 @@ job thread of a livekit-agents worker shares its one model load and one engine.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import threading
@@ -55,8 +56,23 @@ class InProcessBackend:
         with InProcessBackend._lock:  # one load even when two jobs start at once
             backend = InProcessBackend._loaded.get(self._key)
             if backend is None:
+                if not InProcessBackend._loaded:
+                    # at the threads' exit, which comes before the executors' (closing awaits one);
+                    # a plain atexit hook runs too late for that
+                    getattr(threading, "_register_atexit", atexit.register)(InProcessBackend._close_all)
                 backend = InProcessBackend._loaded[self._key] = build_plugin_backend(self.plugin, self.options)
             return backend
+
+    @staticmethod
+    def _close_all() -> None:
+        """At exit: stop the engines (a frame engine's clock thread must not run into the interpreter's end)."""
+        with InProcessBackend._lock:
+            loaded, InProcessBackend._loaded = list(InProcessBackend._loaded.values()), {}
+        for backend in loaded:
+            try:
+                asyncio.run(backend.close())
+            except Exception:
+                log.exception("closing the in-process backend failed")
 
     def preload(self) -> None:
         """Start loading now, on a thread of its own, so the first call does not wait for it."""
@@ -73,4 +89,4 @@ class InProcessBackend:
         return await backend.open()
 
     async def close(self) -> None:
-        """The shared engine outlives any one model object: it ends with the process."""
+        """The shared engine outlives any one model object: it is closed as the process exits."""

@@ -200,3 +200,18 @@ async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(li
         await caller.leave()
         await forwarder.stop()
     assert not [r for r in worker.records("close", "room-drop") if "ERROR" in r["reason"]]
+
+
+@pytest.mark.slow
+async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="moshi",
+                             DUPLEX_TEST_OPTIONS='{"moshi_config": "tiny", "device": "cpu", "max_sessions": 2}')
+    caller = await _ready_caller(livekit_server, worker, "alice", "room-moshi")
+    try:
+        caller.mic.say(speak(LONG, 48000))
+        # a frame-synchronous model speaks as it listens: the caller hears its (random) voice
+        await wait_for(lambda: caller.loud_frames() >= 300, 120, "3 s of the tiny Moshi")
+    finally:
+        await caller.leave()
+    await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
+    assert not worker.records("error"), worker.records("error")
