@@ -58,7 +58,8 @@ class Caller:
         self._tasks: list[asyncio.Task] = []
 
     async def join(self) -> None:
-        self.room.on("track_subscribed", lambda track, *_: self._tasks.append(asyncio.ensure_future(self._listen(track))))
+        self.room.on("track_subscribed",
+                     lambda track, *_: self._tasks.append(asyncio.ensure_future(self._listen(track))))
         await self.room.connect(self.url, self.token)
         await self.room.local_participant.publish_track(
             rtc.LocalAudioTrack.create_audio_track("mic", self.source),

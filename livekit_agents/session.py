@@ -42,6 +42,8 @@ FRAME_S = FRAME_MS / 1000.0
 MAX_CLOCK_LAG_S = 0.2
 #: Caller audio kept while the session opens (a model loading, a socket connecting), then fed in.
 MAX_EARLY_INPUT_S = 5.0
+#: Cut responses remembered (their late audio deltas carry no words worth keeping).
+_CUT_KEPT = 64
 #: Ticks between tries to find the AgentSession while none is found yet (once a second).
 _LINK_EVERY_TICKS = 50
 
@@ -83,7 +85,7 @@ class DuplexAgentSession(llm.DuplexSession):
         self._ready = asyncio.Event()  # the path is running (or the session failed to open)
         self._words = HeardWords()
         self._response_start_ms: dict[str, float] = {}  # response -> its first frame on our clock
-        self._cut: set[str] = set()
+        self._cut: dict[str, None] = {}  # responses cut short, oldest first
         self._frame_response: str | None = None  # the response the last frame carried
         self._link = AgentSessionLink(self, response_of_burst=lambda: self._gate.open_for,
                                       on_room_played=self._room_played)
@@ -116,6 +118,8 @@ class DuplexAgentSession(llm.DuplexSession):
             return
         self._report_connection_acquired(time.perf_counter() - started)
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
+        linked = self._link.session
+        self._conversation.room_attached = linked is not None and linked.output.audio is not None
         if self._plan.opening_update:
             self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
         self._path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
@@ -245,6 +249,9 @@ class DuplexAgentSession(llm.DuplexSession):
         if previous is not None and previous != response:
             # played out: all its words were heard (a cut one says no more)
             self._emit_heard(previous, to_the_end=True)
+            if self._link.session is None:  # no room output will report on it
+                self._words.forget(previous)
+                self._response_start_ms.pop(previous, None)
         if response is not None and previous not in (None, response):
             # two responses back to back: a closed frame between them makes them two bursts
             self._gate.open_for = None
@@ -288,7 +295,9 @@ class DuplexAgentSession(llm.DuplexSession):
             self._cut_response(self._frame_response)
 
     def _cut_response(self, response_id: str) -> None:
-        self._cut.add(response_id)
+        self._cut[response_id] = None
+        while len(self._cut) > _CUT_KEPT:
+            del self._cut[next(iter(self._cut))]
         if self.link_session() is not None and self._plan.overlap_policy != "listen":
             self._link.interrupt()
 

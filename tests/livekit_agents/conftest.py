@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.livekit.conftest import REPO, AgentProcess, _environment, livekit_server, processes, start_serve  # noqa: F401
+from tests.livekit.conftest import (  # noqa: F401 (fixtures)
+    REPO,
+    AgentProcess,
+    _environment,
+    livekit_server,
+    processes,
+    start_serve,
+)
 
 APP = Path(__file__).with_name("app.py")
 AGENT_NAME = "duplex-lk-test"  # app.py's

@@ -86,7 +86,8 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     await wait_for(lambda: len(caller.received) >= cut + 300, 30, "3 s after the interruption")
     profile = [round(float(np.sqrt(np.mean(np.concatenate(caller.received[i:i + 10]) ** 2))), 3)
                for i in range(cut, cut + 300, 10)]
-    assert quiet_at - cut < 0.5 * len(question) / 480, (quiet_at - cut, profile, [s for s in caller.state_log if s[1] >= cut - 100])
+    states = [s for s in caller.state_log if s[1] >= cut - 100]
+    assert quiet_at - cut < 0.5 * len(question) / 480, (quiet_at - cut, profile, states)
     # and heard the reply up to the words the history kept, not past them
     heard = words(transcribe(np.concatenate(caller.received[speaking_at:quiet_at]), 48000))
     assert set(kept[:2]) <= set(heard), (heard, kept)
