@@ -60,7 +60,6 @@ class NaiveDuplexSession(llm.DuplexSession):
         await self._configured.wait()
         self._conversation = conversation = await self._model.backend.open()
         rate = conversation.capabilities.input_sample_rate
-        self._input = StreamingResampler(48000, rate)
         conversation.send(p.SessionUpdate(session={"input_audio_format": "pcm_f32le", "input_sample_rate": rate,
                                                    "turn_detection": {"type": "server_vad"}}))
         async for event in conversation.events():
@@ -89,8 +88,10 @@ class NaiveDuplexSession(llm.DuplexSession):
         return llm.ToolContext.empty()
 
     def push_audio(self, frame: rtc.AudioFrame) -> None:
-        if self._conversation is None or self._input is None:
+        if self._conversation is None:
             return
+        if self._input is None or self._input.in_rate != frame.sample_rate:  # the room input's rate (24 kHz)
+            self._input = StreamingResampler(frame.sample_rate, self._conversation.capabilities.input_sample_rate)
         samples = np.frombuffer(frame.data, np.int16).astype(np.float32) / 32768.0
         audio = self._input.process(samples)
         if audio.size:
