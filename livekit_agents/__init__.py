@@ -7,7 +7,13 @@ the agent clears the playout at once and interrupts the session, and both the
 model's history and the session's chat context keep only what the caller heard.
 """
 
-from duplex_agent.livekit_agents.model import DuplexModel
-from duplex_agent.livekit_agents.session import DuplexAgentSession
+try:
+    import livekit.agents  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("duplex_agent.livekit_agents needs the livekit extra: "
+                      "pip install 'duplex-agent[livekit]'") from exc
+
+from duplex_agent.livekit_agents.model import DuplexModel  # noqa: E402
+from duplex_agent.livekit_agents.session import DuplexAgentSession  # noqa: E402
 
 __all__ = ["DuplexAgentSession", "DuplexModel"]
