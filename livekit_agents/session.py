@@ -41,7 +41,7 @@ FRAME_S = FRAME_MS / 1000.0
 #: A clock this late (the loop stalled) starts a new schedule rather than burst out the backlog.
 MAX_CLOCK_LAG_S = 0.2
 #: Caller audio kept while the session opens (a model loading, a socket connecting), then fed in.
-MAX_EARLY_INPUT_S = 5.0
+MAX_EARLY_INPUT_S = 30.0
 #: Cut responses remembered (their late audio deltas carry no words worth keeping).
 _CUT_KEPT = 64
 #: Ticks between tries to find the AgentSession while none is found yet (once a second).
@@ -117,6 +117,8 @@ class DuplexAgentSession(llm.DuplexSession):
             self._ready.set()
             return
         self._report_connection_acquired(time.perf_counter() - started)
+        log.info("duplex session %s open (%.0f ms, %.1f s of caller audio waiting)", conversation.session_id,
+                 1000.0 * (time.perf_counter() - started), self._early_input_s)
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
         linked = self._link.session
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
@@ -284,6 +286,7 @@ class DuplexAgentSession(llm.DuplexSession):
         if self._link.session is None:
             session = self._link.find(self._plan.attached)
             if session is not None:
+                log.info("duplex session linked to its AgentSession: edge barge-in interrupts it")
                 self._link.connect(session)
                 if self._conversation is not None:
                     self._conversation.room_attached = session.output.audio is not None
