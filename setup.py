@@ -4,7 +4,7 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-FOLDERS = ("agent", "plugins", "webrtc", "frontend")
+FOLDERS = ("agent", "plugins", "webrtc", "frontend", "livekit_agents")
 #: Folders of files only: the page's livekit-client bundle, there once `make install` has copied it.
 DATA_PACKAGES = [f"duplex_agent.{folder.replace('/', '.')}" for folder in ("frontend/vendor",)
                  if (Path(__file__).parent / folder).is_dir()]

@@ -8,7 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: Where each folder of the repository installs.
 FOLDERS = {"duplex_agent": "duplex_agent", "agent": "duplex_agent.agent", "plugins": "duplex_agent.plugins",
-           "webrtc": "duplex_agent.webrtc", "frontend": "duplex_agent.frontend"}
+           "webrtc": "duplex_agent.webrtc", "frontend": "duplex_agent.frontend",
+           "livekit_agents": "duplex_agent.livekit_agents"}
 
 
 def module_files() -> dict[str, Path]:

@@ -23,7 +23,8 @@ def test_layers_point_down():
         ("duplex_agent.agent.protocol", "duplex_agent.agent.models", "duplex_agent.plugins"),
         ("duplex_agent.agent.session", "duplex_agent.agent.remote"),
         ("duplex_agent.webrtc",),
-        ("duplex_agent.agent.app",),
+        # the LiveKit Agents model sits over the call path and the backends, beside the app
+        ("duplex_agent.agent.app", "duplex_agent.livekit_agents"),
     ]
 
     def layer(module: str) -> int | None:

@@ -1,0 +1,28 @@
+"""A LiveKit Agents app on a duplex-agent model: ``python examples/livekit_agents_app.py dev``.
+
+Needs LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET (any LiveKit server). With
+DUPLEX_URL (a duplex-agent or vLLM-Omni ``ws://.../v1/realtime?duplex=1``) the model runs
+there; without it, the reference model runs in this process, shared by every job.
+"""
+
+import os
+
+from livekit import agents
+from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
+
+from duplex_agent.livekit_agents import DuplexModel
+
+url = os.environ.get("DUPLEX_URL")
+model = DuplexModel(url) if url else DuplexModel.in_process("reference")
+server = AgentServer(job_executor_type=JobExecutorType.THREAD)  # in-process models need job threads
+
+
+@server.rtc_session()
+async def entrypoint(ctx: agents.JobContext) -> None:
+    # aec_warmup_duration=None: from the first word, the caller can talk over the agent
+    session = AgentSession(llm=model, aec_warmup_duration=None)
+    await session.start(room=ctx.room, agent=Agent(instructions="You are a friendly voice assistant."))
+
+
+if __name__ == "__main__":
+    agents.cli.run_app(server)

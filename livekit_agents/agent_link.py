@@ -1,0 +1,100 @@
+"""The ``AgentSession`` a duplex session runs in, found through livekit-agents' own hooks.
+
+Inside a job it is the job context's session whose current agent's ``duplex_session`` is
+ours; an app that builds sessions outside a job names it with ``DuplexModel.attach``.
+Once found: our edge's clear interrupts it, its room output's ``playback_finished``
+positions become our acks, and an interrupted assistant message is cut to the words
+the caller heard, so the model's history and the session's chat context agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from livekit.agents import llm
+from livekit.agents.job import get_job_context
+from livekit.agents.voice import agent_session as _agent_session_module
+
+if TYPE_CHECKING:
+    from livekit.agents import AgentSession
+
+log = logging.getLogger("duplex_agent.livekit_agents")
+
+
+def _aec_warmup_left_at_default(session: AgentSession) -> bool:
+    default = getattr(_agent_session_module, "_DEFAULT_AEC_WARMUP_DURATION", None)
+    explicit = getattr(session, "_aec_warmup_duration_explicit", True)
+    return not explicit and bool(session.options.aec_warmup_duration) and \
+        session.options.aec_warmup_duration == default
+
+
+class AgentSessionLink:
+    """One duplex session's view of its AgentSession: interrupt, room positions, heard history."""
+
+    def __init__(self, duplex: llm.DuplexSession, *, response_of_burst: Callable[[], str | None],
+                 on_room_played: Callable[[str, float, bool], str | None]) -> None:
+        self._duplex = duplex
+        self._response_of_burst = response_of_burst
+        self._on_room_played = on_room_played
+        self.session: AgentSession | None = None
+        self._bursts: deque[tuple[str, str]] = deque()  # (message id, response id), in playback order
+        self._heard: dict[str, str] = {}  # message id -> what the caller heard of it, once cut
+
+    def find(self, explicit: list[AgentSession]) -> AgentSession | None:
+        """The session running ``duplex`` now, else None (not started yet, or not ours)."""
+        candidates = list(explicit)
+        ctx = get_job_context(required=False)
+        primary = getattr(ctx, "_primary_agent_session", None) if ctx is not None else None
+        if primary is not None:
+            candidates.append(primary)
+        for session in candidates:
+            try:
+                if session.current_agent.duplex_session is self._duplex:
+                    return session
+            except RuntimeError:  # not running yet, or not on a duplex model
+                continue
+        return None
+
+    def connect(self, session: AgentSession) -> None:
+        self.session = session
+        if _aec_warmup_left_at_default(session):
+            log.warning("AgentSession(aec_warmup_duration=...) is left at its default (%g s): for that long "
+                        "after the agent starts speaking, the caller's audio reaches the model as silence, "
+                        "so a barge-in then is never heard. Pass aec_warmup_duration=None with a DuplexModel.",
+                        session.options.aec_warmup_duration)
+        session.current_agent.realtime_llm_session.on("generation_created", self._on_generation_created)
+        session.on("conversation_item_added", self._on_item_added)
+        if session.output.audio is not None:
+            session.output.audio.on("playback_finished", self._on_playback_finished)
+
+    def interrupt(self) -> None:
+        if self.session is None:
+            return
+        try:
+            self.session.interrupt()
+        except RuntimeError as exc:  # closing, or the speech playing does not allow interruptions
+            log.debug("AgentSession.interrupt() refused: %s", exc)
+
+    def _on_generation_created(self, ev: llm.GenerationCreatedEvent) -> None:
+        # the adapter opens a burst while our gate reports the response its frame carries
+        response_id = self._response_of_burst()
+        if ev.response_id and response_id is not None:
+            self._bursts.append((ev.response_id, response_id))
+
+    def _on_playback_finished(self, ev: Any) -> None:
+        if not self._bursts:
+            return
+        message_id, response_id = self._bursts.popleft()
+        heard = self._on_room_played(response_id, 1000.0 * ev.playback_position, ev.interrupted)
+        if heard is not None:
+            self._heard[message_id] = heard
+
+    def _on_item_added(self, ev: Any) -> None:
+        item = ev.item
+        heard = self._heard.pop(getattr(item, "id", ""), None)
+        if heard is not None and isinstance(item, llm.ChatMessage) and item.role == "assistant":
+            # the same object is the agent's and the session's history entry
+            item.content = [heard]

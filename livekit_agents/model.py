@@ -1,0 +1,119 @@
+"""``DuplexModel``: a duplex-agent backend as a LiveKit Agents model.
+
+``DuplexModel(url)`` talks to a duplex-agent or vLLM-Omni server over the realtime duplex
+websocket (``agent/remote``: the exact wire, heartbeats, resume). ``DuplexModel.in_process``
+runs our session runner and a plugin in the worker's own process, one load shared by every
+job thread. ``AgentSession(llm=DuplexModel(...))`` is all an app needs; pass
+``aec_warmup_duration=None`` so the caller's first words over the agent reach the model.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from livekit.agents import llm
+from livekit.agents.job import JobExecutorType, get_job_context
+
+from duplex_agent.agent.remote.conversation import RemoteOptions
+from duplex_agent.livekit_agents.backends import InProcessBackend, RemoteModelBackend
+from duplex_agent.livekit_agents.gate import ResponseGate
+from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
+
+if TYPE_CHECKING:
+    from livekit.agents import AgentSession
+
+API_KEY_ENV = "DUPLEX_API_KEY"
+#: What every duplex-agent backend can and cannot do, as livekit-agents asks it.
+CAPABILITIES = llm.DuplexCapabilities(
+    user_transcription=True,
+    auto_tool_reply_generation=False,
+    mutable_chat_context=True,  # text messages, as conversation.item.create
+    mutable_instructions=True,  # session.update
+    mutable_tools=False,  # no tools: _update_tools raises RealtimeError
+)
+
+
+class DuplexModel(llm.DuplexModel):
+    def __init__(self, url: str, *, api_key: str | None = None, session: dict[str, Any] | None = None,
+                 options: RemoteOptions | None = None) -> None:
+        """A model on a duplex realtime websocket (``ws://host:port/v1/realtime?duplex=1``).
+
+        ``api_key`` defaults to ``DUPLEX_API_KEY``; ``session`` (the wire's ``session.update``
+        fields, ours or vLLM-Omni's) is merged into every session's first ``session.update``;
+        its ``overlap_policy`` ("barge_in", the default, or "listen") is also the edge's.
+        ``options``: the client's timeouts (``agent.remote.conversation.RemoteOptions``).
+        """
+        super().__init__(capabilities=CAPABILITIES)
+        session = dict(session or {})
+        self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
+        self.turn_detection = session.get("turn_detection")
+        self._opening_update: dict[str, Any] = {}  # the remote backend sends ``session`` when it opens
+        self._backend: RemoteModelBackend | InProcessBackend = RemoteModelBackend(
+            url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key, session=session,
+            options=options)
+        self._model_name = url
+        self._attached: weakref.WeakSet[AgentSession] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
+
+    @classmethod
+    def in_process(cls, plugin: str, *, session: dict[str, Any] | None = None, **plugin_options: Any) -> DuplexModel:
+        """Our local backend in this worker: ``plugin`` is "reference", "moshi" or a dotted path.
+
+        ``session`` is as for ``DuplexModel(url, session=...)``: every session opens with it.
+        ``plugin_options`` are the worker's settings (``moshi_config="tiny"``, ``device``,
+        ``max_sessions``...). The model loads once per process, starting now on a thread, and every
+        job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
+        """
+        model = cls.__new__(cls)
+        llm.DuplexModel.__init__(model, capabilities=CAPABILITIES)
+        session = dict(session or {})
+        model.overlap_policy = str(session.get("overlap_policy", "barge_in"))
+        model.turn_detection = session.get("turn_detection")
+        model._opening_update = session
+        model._backend = InProcessBackend(plugin, plugin_options)
+        model._backend.preload()
+        model._model_name = plugin
+        model._attached = weakref.WeakSet()
+        model._lock = threading.Lock()
+        model._gates = {}
+        return model
+
+    @property
+    def model(self) -> str:
+        return self._model_name
+
+    @property
+    def provider(self) -> str:
+        return "duplex-agent"
+
+    def attach(self, session: AgentSession) -> None:
+        """Name the AgentSession that runs this model, for an app that starts it outside a job."""
+        with self._lock:
+            self._attached.add(session)
+
+    def audio_gate(self) -> ResponseGate:
+        # the adapter asks for the gate, then for the session, on the same thread
+        gate = ResponseGate()
+        with self._lock:
+            self._gates[threading.get_ident()] = gate
+        return gate
+
+    def session(self) -> DuplexAgentSession:
+        if isinstance(self._backend, InProcessBackend):
+            ctx = get_job_context(required=False)
+            if ctx is not None and ctx.proc.executor_type != JobExecutorType.THREAD:
+                raise llm.RealtimeError(
+                    "DuplexModel.in_process shares one model load between the jobs of a process, so it "
+                    "needs livekit-agents' thread executor: AgentServer(job_executor_type=JobExecutorType.THREAD)")
+        with self._lock:
+            gate = self._gates.pop(threading.get_ident(), None) or ResponseGate()
+        plan = SessionPlan(self._backend, overlap_policy=self.overlap_policy, turn_detection=self.turn_detection,
+                           opening_update=self._opening_update, attached=self._attached)
+        return DuplexAgentSession(self, plan, gate=gate)
+
+    async def aclose(self) -> None:
+        await self._backend.close()

@@ -1,0 +1,357 @@
+"""One ``DuplexSession``: a conversation on our backend behind our call audio path.
+
+Input goes through ``CallAudioPath.push_caller_frame`` (resampling, the onset VAD, edge
+barge-in). Output is read out of the call path's playout by a drift-free 20 ms clock,
+each frame stamped with ``start_ms`` on that clock; the gate is open exactly while a
+frame carries a response's audio, and the response's words go out as transcript deltas
+as their sound does, never after a cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from livekit import rtc
+from livekit.agents import llm
+from livekit.agents.llm.duplex import DuplexAudioFrame, DuplexOutputTranscriptDelta
+from livekit.agents.types import NOT_GIVEN, NotGivenOr
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.session.ports import AdmissionError, Conversation
+from duplex_agent.livekit_agents.agent_link import AgentSessionLink
+from duplex_agent.livekit_agents.gate import ResponseGate
+from duplex_agent.livekit_agents.heard_words import HeardWords
+from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from livekit.agents import AgentSession
+
+log = logging.getLogger("duplex_agent.livekit_agents")
+
+FRAME_S = FRAME_MS / 1000.0
+#: A clock this late (the loop stalled) starts a new schedule rather than burst out the backlog.
+MAX_CLOCK_LAG_S = 0.2
+#: Caller audio kept while the session opens (a model loading, a socket connecting), then fed in.
+MAX_EARLY_INPUT_S = 30.0
+#: Cut responses remembered (their late audio deltas carry no words worth keeping).
+_CUT_KEPT = 64
+#: Ticks between tries to find the AgentSession while none is found yet (once a second).
+_LINK_EVERY_TICKS = 50
+
+
+class DuplexBackendError(llm.RealtimeError):
+    """A backend's error, with the wire's ``code`` (``backend_unavailable``, ``resource_exhausted``...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Backend(Protocol):
+    async def open(self) -> Conversation: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """What a ``DuplexModel`` gives each of its sessions."""
+
+    backend: Backend
+    overlap_policy: str = "barge_in"
+    turn_detection: dict[str, Any] | None = None
+    #: session.update fields sent as the conversation opens (the remote backend sends its own)
+    opening_update: dict[str, Any] = field(default_factory=dict)
+    #: sessions named with ``DuplexModel.attach``
+    attached: Collection[AgentSession] = ()
+
+
+class DuplexAgentSession(llm.DuplexSession):
+    def __init__(self, model: llm.DuplexModel, plan: SessionPlan, *, gate: ResponseGate) -> None:
+        super().__init__(model)
+        self._plan = plan
+        self._gate = gate
+        self._tools = llm.ToolContext.empty()
+        self._instructions: str | None = None
+        self._conversation: RoomAckedConversation | None = None
+        self._path: CallAudioPath | None = None
+        self._ready = asyncio.Event()  # the path is running (or the session failed to open)
+        self._words = HeardWords()
+        self._response_start_ms: dict[str, float] = {}  # response -> its first frame on our clock
+        self._cut: dict[str, None] = {}  # responses cut short, oldest first
+        self._frame_response: str | None = None  # the response the last frame carried
+        self._link = AgentSessionLink(self, response_of_burst=lambda: self._gate.open_for,
+                                      on_room_played=self._room_played)
+        #: What the caller heard of each reply cut short, as acknowledged to the model (its ledger's text).
+        self.cut_replies: list[str] = []
+        self._early_input: deque[rtc.AudioFrame] = deque()
+        self._early_input_s = 0.0
+        self._resumes = 0
+        self._closed_by_us = False
+        self._open_task = asyncio.create_task(self._open(), name="duplex-session-open")
+
+    # ---- opening ----
+
+    async def _open(self) -> None:
+        await self._configured.wait()  # instructions go in the first update
+        if self._closing:
+            self._ready.set()
+            return
+        started = time.perf_counter()
+        try:
+            conversation = await self._plan.backend.open()
+        except AdmissionError as exc:
+            self._fail(exc.code, str(exc))
+            self._ready.set()
+            return
+        except Exception as exc:  # the in-process model failed to load
+            log.exception("the duplex backend failed to open a session")
+            self._fail("model_unavailable", f"{type(exc).__name__}: {exc}")
+            self._ready.set()
+            return
+        self._report_connection_acquired(time.perf_counter() - started)
+        log.info("duplex session %s open (%.0f ms, %.1f s of caller audio waiting)", conversation.session_id,
+                 1000.0 * (time.perf_counter() - started), self._early_input_s)
+        self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
+        linked = self._link.session
+        self._conversation.room_attached = linked is not None and linked.output.audio is not None
+        if self._plan.opening_update:
+            self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
+        self._path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
+                                   turn_detection=self._plan.turn_detection,
+                                   on_event=self._on_event, on_closed=self._on_conversation_closed,
+                                   on_playout_cleared=self._on_playout_cleared)
+        await self._path.start()
+        if self._instructions:
+            self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
+        fed = 0
+        while self._early_input:  # what the caller said while the session opened, a little at a time
+            self._push(self._path, self._early_input.popleft())
+            fed += 1
+            if fed % 5 == 0:
+                await asyncio.sleep(0)
+        self._ready.set()
+
+    def _fail(self, code: str, message: str, *, recoverable: bool = False) -> None:
+        log.warning("duplex session error %s: %s", code, message)
+        self.emit("error", llm.RealtimeModelError(timestamp=time.time(), label=self.duplex_model.label,
+                                                  error=DuplexBackendError(code, message), recoverable=recoverable))
+
+    # ---- DuplexSession ----
+
+    @property
+    def audio_stream(self) -> AsyncIterator[DuplexAudioFrame]:
+        return self._frames()
+
+    @property
+    def tools(self) -> llm.ToolContext:
+        return self._tools
+
+    @property
+    def conversation(self) -> Conversation | None:
+        """The backend conversation (for apps that speak the wire themselves)."""
+        return self._conversation.inner if self._conversation is not None else None
+
+    def push_audio(self, frame: rtc.AudioFrame) -> None:
+        if self._path is not None:
+            self._push(self._path, frame)
+        elif not self._ready.is_set():
+            self._early_input.append(frame)
+            self._early_input_s += frame.duration
+            while self._early_input_s > MAX_EARLY_INPUT_S:
+                self._early_input_s -= self._early_input.popleft().duration
+
+    @staticmethod
+    def _push(path: CallAudioPath, frame: rtc.AudioFrame) -> None:
+        samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) * np.float32(1.0 / 32768.0)
+        if frame.num_channels > 1:
+            samples = samples.reshape(-1, frame.num_channels).mean(axis=1)
+        path.push_caller_frame(samples, frame.sample_rate)
+
+    async def _update_instructions(self, instructions: str) -> None:
+        self._instructions = instructions
+        if self._conversation is not None:
+            self._conversation.send(p.SessionUpdate(session={"instructions": instructions}))
+
+    async def _append_items(self, items: list[llm.ChatItem]) -> None:
+        for item in items:
+            if not isinstance(item, llm.ChatMessage) or item.role not in ("user", "assistant", "system"):
+                raise llm.RealtimeError(f"a duplex model takes text messages only, not {item.type}")
+        if self._conversation is None:
+            if items:  # before the session opened: the model has no history to add to yet
+                raise llm.RealtimeError("the duplex session has not opened yet; add items once it has")
+            return
+        for item in items:
+            if item.text_content:
+                kind = "output_text" if item.role == "assistant" else "input_text"
+                self._conversation.send(p.ConversationItemCreate(item={
+                    "type": "message", "role": item.role,
+                    "content": [{"type": kind, "text": item.text_content}]}))
+
+    async def _update_tools(self, tools: list[llm.Tool]) -> None:
+        if tools:
+            raise llm.RealtimeError("duplex-agent models do not call tools (capabilities.mutable_tools is "
+                                    "False and no tool is ever called)")
+
+    def _update_options(self, *, tool_choice: NotGivenOr[llm.ToolChoice | None] = NOT_GIVEN) -> None:
+        if tool_choice not in (NOT_GIVEN, None, "none", "auto"):
+            raise llm.RealtimeError("duplex-agent models do not call tools")
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self._closed_by_us = True
+        self._open_task.cancel()
+        await asyncio.gather(self._open_task, return_exceptions=True)
+        path, self._path = self._path, None
+        if path is not None:
+            await path.close()
+        if self._conversation is not None:
+            await self._conversation.close("client_closed")
+
+    # ---- the output clock ----
+
+    async def _frames(self) -> AsyncIterator[DuplexAudioFrame]:
+        """The playout read out on a fixed schedule: frame n is due n * 20 ms after the start."""
+        await self._ready.wait()
+        loop = asyncio.get_running_loop()
+        origin, tick = loop.time(), 0
+        timeline_ms = 0.0  # the model's timeline: 20 ms per frame, across schedule restarts
+        while self._path is not None:
+            delay = origin + tick * FRAME_S - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -MAX_CLOCK_LAG_S:
+                origin, tick = loop.time(), 0
+            path = self._path
+            if path is None:
+                return
+            pcm = path.next_frame()
+            self._watch_resumes()
+            # a response holds the gate from its first frame to its last, underruns included
+            response = path.playout.current_response_id or (self._frame_response if path.playout.playing else None)
+            if self._link.session is None and tick % _LINK_EVERY_TICKS == 0:
+                self.link_session()
+            for frame in self._frames_for(pcm, response, timeline_ms):
+                yield frame
+            if response is not None:  # after the adapter has opened the frame's burst
+                self._emit_heard(response)
+            tick += 1
+            timeline_ms += FRAME_MS
+
+    def _frames_for(self, pcm: np.ndarray, response: str | None, start_ms: float) -> list[DuplexAudioFrame]:
+        frames: list[DuplexAudioFrame] = []
+        previous = self._frame_response
+        if previous is not None and previous != response:
+            # played out: all its words were heard (a cut one says no more)
+            self._emit_heard(previous, to_the_end=True)
+            if self._link.session is None:  # no room output will report on it
+                self._words.forget(previous)
+                self._response_start_ms.pop(previous, None)
+        if response is not None and previous not in (None, response):
+            # two responses back to back: a closed frame between them makes them two bursts
+            self._gate.open_for = None
+            frames.append(DuplexAudioFrame(_silence(), start_ms=int(start_ms)))
+        if response is not None and response not in self._response_start_ms:
+            self._response_start_ms[response] = start_ms
+            if self._link.session is None:
+                self.link_session()
+        self._gate.open_for = response
+        self._frame_response = response
+        frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
+        frames.append(DuplexAudioFrame(frame, start_ms=int(start_ms)))
+        return frames
+
+    def _emit_heard(self, response_id: str, *, to_the_end: bool = False) -> None:
+        path = self._path
+        if path is None or response_id in self._cut:
+            return
+        origin = self._response_start_ms.get(response_id, 0.0)
+        heard = self._words.take_rest(response_id) if to_the_end else \
+            self._words.take_heard(response_id, path.playout.played_ms(response_id))
+        for word in heard:
+            self.emit("transcript_delta", DuplexOutputTranscriptDelta(
+                text=word.text + " ", start_ms=int(origin + word.start_ms), end_ms=int(origin + word.end_ms)))
+
+    # ---- the AgentSession ----
+
+    def link_session(self) -> Any:
+        """The AgentSession this session runs in, connected on first sight (None until it is found)."""
+        if self._link.session is None:
+            session = self._link.find(self._plan.attached)
+            if session is not None:
+                log.info("duplex session linked to its AgentSession: edge barge-in interrupts it")
+                self._link.connect(session)
+                if self._conversation is not None:
+                    self._conversation.room_attached = session.output.audio is not None
+        return self._link.session
+
+    def _on_playout_cleared(self) -> None:
+        """Our edge (or the model) stopped the agent: nothing more of it is heard or said."""
+        if self._frame_response is not None:
+            self._cut_response(self._frame_response)
+
+    def _cut_response(self, response_id: str) -> None:
+        self._cut[response_id] = None
+        while len(self._cut) > _CUT_KEPT:
+            del self._cut[next(iter(self._cut))]
+        if self.link_session() is not None and self._plan.overlap_policy != "listen":
+            self._link.interrupt()
+
+    def _room_played(self, response_id: str, played_ms: float, interrupted: bool) -> str | None:
+        """The room output finished a burst: ack at its position; for a cut one, the heard text."""
+        if self._conversation is not None:
+            self._conversation.room_played(response_id, played_ms)
+        if self._path is not None:  # as the ack says: the room cannot have played more than we handed it
+            played_ms = min(played_ms, self._path.playout.played_ms(response_id))
+        heard = None
+        if interrupted or response_id in self._cut:
+            heard = self._words.heard_text(response_id, played_ms)
+            self.cut_replies.append(heard)
+        self._words.forget(response_id)
+        self._response_start_ms.pop(response_id, None)
+        return heard
+
+    # ---- the conversation's events ----
+
+    def _on_audio_delta(self, event: p.ResponseAudioDelta) -> None:
+        if event.response_id not in self._cut:
+            self._words.add_marks(event.response_id, event.marks)
+
+    def _on_event(self, event: p.ServerEvent) -> None:
+        if isinstance(event, p.SpeechStarted):
+            self.emit("input_speech_started", llm.InputSpeechStartedEvent())
+        elif isinstance(event, p.SpeechStopped):
+            self.emit("input_speech_stopped", llm.InputSpeechStoppedEvent(
+                user_transcription_enabled=self.capabilities.user_transcription))
+        elif isinstance(event, p.InputTranscriptionCompleted):
+            self.emit("input_audio_transcription_completed", llm.InputTranscriptionCompleted(
+                item_id=event.item_id, transcript=event.transcript, is_final=True))
+        elif isinstance(event, p.ResponseDone) and event.status != "completed" \
+                and event.response_id == self._frame_response and event.response_id not in self._cut:
+            # the model ended the response while its audio paused (nothing queued to clear)
+            self._cut_response(event.response_id)
+        elif isinstance(event, p.ErrorEvent):
+            self._fail(event.code, str(event.error.get("message", "")), recoverable=True)
+
+    def _on_conversation_closed(self) -> None:
+        if not self._closed_by_us and not self._closing:
+            self._fail("session_closed", "the duplex backend closed the session")
+
+    def _watch_resumes(self) -> None:
+        conversation = self._conversation
+        resumes = getattr(conversation.inner, "resumes", 0) if conversation is not None else 0
+        if resumes > self._resumes:
+            self._resumes = resumes
+            self.emit("session_reconnected", llm.RealtimeSessionReconnectedEvent())
+
+
+def _silence() -> rtc.AudioFrame:
+    return rtc.AudioFrame(bytes(2 * FRAME_SAMPLES), SAMPLE_RATE, 1, FRAME_SAMPLES)
+

@@ -1,0 +1,70 @@
+"""The LiveKit Agents app the tests run as a real worker process: an AgentSession on our DuplexModel.
+
+Configured by the environment: DUPLEX_TEST_URL (a duplex websocket) or DUPLEX_TEST_PLUGIN and
+DUPLEX_TEST_OPTIONS (JSON) for in_process; every history item, error and close goes to the JSON
+lines file DUPLEX_TEST_RECORD, for the test to read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+from livekit import agents
+from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
+
+from duplex_agent.agent.remote.conversation import RemoteOptions
+from duplex_agent.livekit_agents import DuplexModel
+
+AGENT_NAME = "duplex-lk-test"
+RECORD = os.environ["DUPLEX_TEST_RECORD"]
+
+
+def _model() -> DuplexModel:
+    if url := os.environ.get("DUPLEX_TEST_URL"):
+        # the reference model on a loaded 2-core machine can take seconds per sentence
+        return DuplexModel(url, options=RemoteOptions(stall_timeout_s=20.0))
+    return DuplexModel.in_process(os.environ.get("DUPLEX_TEST_PLUGIN", "reference"),
+                                  **json.loads(os.environ.get("DUPLEX_TEST_OPTIONS", "{}")))
+
+
+MODEL = _model()
+# the default load is the machine's CPU, which a loaded test machine would report as full
+server = AgentServer(job_executor_type=JobExecutorType.THREAD, port=0, drain_timeout=10, load_fnc=lambda: 0.0)
+
+
+def _record(room: str, kind: str, **data) -> None:
+    with open(RECORD, "a") as f:
+        f.write(json.dumps({"room": room, "kind": kind, **data}) + "\n")
+
+
+@server.rtc_session(agent_name=AGENT_NAME)
+async def entrypoint(ctx: agents.JobContext) -> None:
+    room = ctx.room.name
+    session = AgentSession(llm=MODEL, aec_warmup_duration=None)
+    loop = asyncio.get_running_loop()
+
+    def item_added(ev) -> None:
+        # read once every listener has seen it: the model cuts an interrupted message to what was heard
+        item = ev.item
+        if getattr(item, "type", "") != "message":
+            return
+        # an interrupted reply: also what our session acknowledged to the model as heard
+        ledger = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
+        loop.call_soon(lambda: _record(room, "item", role=item.role, text=item.text_content or "",
+                                       interrupted=item.interrupted, ledger=ledger))
+
+    session.on("conversation_item_added", item_added)
+    # ev.error is the model's RealtimeModelError; its own error carries the wire's code
+    session.on("error", lambda ev: _record(room, "error", code=getattr(ev.error.error, "code", None),
+                                           message=str(ev.error.error), recoverable=ev.error.recoverable))
+    session.on("close", lambda ev: (_record(room, "close", reason=str(ev.reason)),
+                                    ctx.shutdown("the agent session closed")))
+    await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
+    session.current_agent.duplex_session.on("session_reconnected", lambda ev: _record(room, "reconnected"))
+    _record(room, "started")
+
+
+if __name__ == "__main__":
+    agents.cli.run_app(server)

@@ -1,0 +1,218 @@
+"""A real livekit-agents worker runs an AgentSession on our DuplexModel, in a loopback LiveKit room
+with a caller on the real livekit SDK: the caller hears the reply, can talk over it, and the
+session's history keeps only the words the caller heard."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from devtools.speech import speak, transcribe, words
+from tests.livekit.caller import LiveKitCaller
+from tests.livekit_agents.conftest import AGENT_NAME
+from tests.webrtc.client_peer import wait_for
+
+LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
+        "the trails are open for hiking with my family and our two dogs.")
+
+
+def _quiet_from(frames: list[np.ndarray], start: int, run: int = 30) -> int | None:
+    """The first frame from ``start`` that begins ``run`` quiet 10 ms frames in a row."""
+    loud = [float(np.sqrt(np.mean(f**2))) > 0.02 for f in frames[start:]]
+    for i in range(len(loud) - run + 1):
+        if not any(loud[i:i + run]):
+            return start + i
+    return None
+
+
+def _assistant(worker, room: str) -> list[dict]:
+    return [r for r in worker.records("item", room) if r["role"] == "assistant"]
+
+
+async def _exchange_and_barge_in(livekit_server, worker, room: str) -> None:
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("alice", room))
+    await caller.join()
+    try:
+        await _converse(livekit_server, worker, room, caller)
+    finally:
+        await caller.leave()
+    await wait_for(lambda: worker.records("close", room), 60, "the agent session to close with the room")
+
+
+async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) -> None:
+    # synthesised up front: Piper on a loaded machine takes seconds, which would land mid-reply
+    question, interruption = speak(LONG, 48000, before_ms=300, after_ms=1200), speak("Wait, stop please.", 48000)
+    dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
+    assert dispatch.state == "assigned"
+    await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
+
+    # A spoken exchange: the reference model says back what it heard, and the caller hears it.
+    reply = await caller.say_and_listen("Please book a table for two people tonight.", timeout=90)
+    assert {"said", "table"} <= set(words(reply.heard)), (reply, worker.records())
+    first = _assistant(worker, room)
+    assert len(first) == 1 and not first[0]["interrupted"], first  # one response, one message
+    assert words(first[0]["text"]) == words("You said: Please book a table for two people tonight."), first
+
+    # Barge-in mid-reply: once the long reply has played for a second, the caller talks over it.
+    caller.mic.say(question)
+    await wait_for(lambda: not caller.mic.busy, 60, "the long question to be said")
+    asked = len(caller.received)
+    await wait_for(lambda: caller.listening_after_speaking(asked) is None
+                   and any(state == "speaking" for state, at in caller.state_log if at >= asked), 120,
+                   "the long reply to play")
+    speaking_at = next(at for state, at in caller.state_log if at >= asked and state == "speaking")
+    # well into the reply's long sentence, past "You said:" and the gap while it is synthesised
+    await wait_for(lambda: caller.loud_frames(speaking_at) >= 250, 60, "2.5 s of the long reply")  # 10 ms frames
+    cut = len(caller.received)
+    caller.mic.say(interruption)
+
+    def interrupted() -> list[dict]:
+        return [r for r in _assistant(worker, room) if r["interrupted"]]
+
+    await wait_for(lambda: interrupted(), 60, "the long reply to be cut short")
+    full = words("You said: " + LONG)
+    kept = words(interrupted()[-1]["text"])
+    # the session's history and the model's ledger (the text our ack made it keep) agree
+    assert interrupted()[-1]["ledger"] == [interrupted()[-1]["text"]], interrupted()[-1]
+    # the history holds the words the caller heard: a start of the reply, not all of it
+    assert 0 < len(kept) < len(full) - 3 and kept == full[: len(kept)], (kept, full)
+
+    # The caller heard quiet soon after they started talking over the agent: well before the rest
+    # of the reply would have played (it is as long as the question, ~7 s), on a loaded machine too.
+    await wait_for(lambda: _quiet_from(caller.received, cut) is not None, 30, "quiet after the interruption")
+    quiet_at = _quiet_from(caller.received, cut)
+    await wait_for(lambda: len(caller.received) >= cut + 300, 30, "3 s after the interruption")
+    profile = [round(float(np.sqrt(np.mean(np.concatenate(caller.received[i:i + 10]) ** 2))), 3)
+               for i in range(cut, cut + 300, 10)]
+    states = [s for s in caller.state_log if s[1] >= cut - 100]
+    assert quiet_at - cut < 0.5 * len(question) / 480, (quiet_at - cut, profile, states)
+    # and heard the reply up to the words the history kept, not past them
+    heard = words(transcribe(np.concatenate(caller.received[speaking_at:quiet_at]), 48000))
+    assert set(kept[:2]) <= set(heard), (heard, kept)
+
+    # The next replies' messages hold none of the long reply's unheard words.
+    caller.mic.say(speak("Thank you very much.", 48000, before_ms=300, after_ms=1200))
+    await wait_for(lambda: any("thank" in words(r["text"]) for r in _assistant(worker, room)), 90,
+                   "the reply to the thanks")
+    unheard = set(full[len(kept):]) - set(full[: len(kept)])
+    messages = _assistant(worker, room)
+    after_cut = messages[[r["interrupted"] for r in messages].index(True) + 1:]
+    assert after_cut and all(not set(words(r["text"])) & unheard for r in after_cut), (after_cut, unheard)
+
+
+@pytest.mark.slow
+async def test_url_model_on_a_serve_process(livekit_server, start_serve, start_app):
+    backend = await start_serve(plugin="reference", max_sessions=4)
+    worker = await start_app(DUPLEX_TEST_URL=backend.realtime_url)
+    await _exchange_and_barge_in(livekit_server, worker, "room-url")
+    assert not worker.records("error"), worker.records("error")
+
+
+@pytest.mark.slow
+async def test_in_process_reference_model(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="reference")
+    await _exchange_and_barge_in(livekit_server, worker, "room-local")
+    assert not worker.records("error"), worker.records("error")
+
+
+@pytest.mark.slow
+async def test_unreachable_backend_gives_an_error_with_its_code_and_the_job_ends(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_URL="ws://127.0.0.1:9/v1/realtime?duplex=1")
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-down"))
+    await caller.join()
+    await livekit_server.create_dispatch("room-down", AGENT_NAME)
+    await wait_for(lambda: worker.records("error", "room-down"), 60, "the error event")
+    assert worker.records("error", "room-down")[0]["code"] == "backend_unavailable"
+    await wait_for(lambda: worker.records("close", "room-down"), 60, "the session to close")
+    await wait_for(lambda: caller.agent_left, 60, "the agent to leave the room")
+    await caller.leave()
+
+
+async def _ready_caller(livekit_server, worker, identity: str, room: str) -> LiveKitCaller:
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room))
+    await caller.join()
+    assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
+    await wait_for(lambda: worker.records("started", room), 60, f"the agent session in {room}")
+    return caller
+
+
+@pytest.mark.slow
+async def test_two_rooms_at_once_in_one_worker_each_hear_their_own_reply(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="reference")
+    alice = await _ready_caller(livekit_server, worker, "alice", "room-a")
+    bob = await _ready_caller(livekit_server, worker, "bob", "room-b")
+    try:
+        heard_alice, heard_bob = await asyncio.gather(
+            alice.say_and_hear("Please book a table for two people tonight.", timeout=120),
+            bob.say_and_hear("What is the weather like in London tomorrow?", timeout=120))
+        said_alice, said_bob = set(words(heard_alice)), set(words(heard_bob))
+        assert {"said", "table"} <= said_alice and not {"london", "weather"} & said_alice, heard_alice
+        assert {"said", "london"} <= said_bob and not {"table", "tonight"} & said_bob, heard_bob
+        # one model load for both jobs: the process loaded the reference voice once
+        assert worker.log().count("loading Piper voice from") == 1
+    finally:
+        await asyncio.gather(alice.leave(), bob.leave())
+    assert not worker.records("error"), worker.records("error")
+
+
+@pytest.mark.slow
+async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(livekit_server, start_serve,
+                                                                             start_app):
+    backend = await start_serve(plugin="reference", max_sessions=1)
+    worker = await start_app(DUPLEX_TEST_URL=backend.realtime_url)
+    alice = await _ready_caller(livekit_server, worker, "alice", "room-first")
+    await backend.until_sessions(1)
+    bob = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-second"))
+    await bob.join()
+    try:
+        await livekit_server.create_dispatch("room-second", AGENT_NAME)
+        await wait_for(lambda: worker.records("error", "room-second"), 60, "the error event")
+        assert worker.records("error", "room-second")[0]["code"] == "resource_exhausted"
+        await wait_for(lambda: worker.records("close", "room-second") and bob.agent_left, 60,
+                       "the job to end and leave the room")
+        assert not worker.records("error", "room-first")  # the first call goes on
+    finally:
+        await asyncio.gather(alice.leave(), bob.leave())
+
+
+@pytest.mark.slow
+async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(livekit_server, start_serve,
+                                                                               start_app):
+    from tests.livekit_agents.socket_cut import CuttableForwarder
+
+    backend = await start_serve(plugin="reference", max_sessions=2)
+    forwarder = CuttableForwarder(backend.port)
+    await forwarder.start()
+    worker = await start_app(DUPLEX_TEST_URL=f"ws://127.0.0.1:{forwarder.port}/v1/realtime?duplex=1")
+    caller = await _ready_caller(livekit_server, worker, "alice", "room-drop")
+    try:
+        heard = await caller.say_and_hear("Please book a table for two people tonight.", timeout=120)
+        assert {"said", "table"} <= set(words(heard)), heard
+        connections = forwarder.connections
+        forwarder.cut()
+        await wait_for(lambda: worker.records("reconnected", "room-drop"), 60, "session_reconnected")
+        assert forwarder.connections > connections  # a new socket, the same session
+        await backend.until_sessions(1)
+        heard = await caller.say_and_hear("What is the weather like in London tomorrow?", timeout=120)
+        assert {"said", "weather"} <= set(words(heard)), heard
+    finally:
+        await caller.leave()
+        await forwarder.stop()
+    assert not [r for r in worker.records("close", "room-drop") if "ERROR" in r["reason"]]
+
+
+@pytest.mark.slow
+async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="moshi",
+                             DUPLEX_TEST_OPTIONS='{"moshi_config": "tiny", "device": "cpu", "max_sessions": 2}')
+    caller = await _ready_caller(livekit_server, worker, "alice", "room-moshi")
+    try:
+        caller.mic.say(speak(LONG, 48000))
+        # a frame-synchronous model speaks as it listens: the caller hears its (random) voice
+        await wait_for(lambda: caller.loud_frames() >= 300, 120, "3 s of the tiny Moshi")
+    finally:
+        await caller.leave()
+    await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
+    assert not worker.records("error"), worker.records("error")

@@ -1,0 +1,177 @@
+"""The DuplexModel's pieces, one at a time: heard words, the gate, acks at the room's position,
+the configuration calls, and the AgentSession settings it checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+from livekit import rtc
+from livekit.agents import AgentSession, llm
+from livekit.agents.job import JobExecutorType, _JobContextVar
+
+from duplex_agent.agent.protocol.events import PlaybackAck, ResponseAudioDelta
+from duplex_agent.agent.session.ledger import TextMark, text_heard_by
+from duplex_agent.livekit_agents import DuplexModel
+from duplex_agent.livekit_agents.agent_link import _aec_warmup_left_at_default
+from duplex_agent.livekit_agents.gate import ResponseGate
+from duplex_agent.livekit_agents.heard_words import HeardWords
+from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
+from duplex_agent.livekit_agents.session import DuplexAgentSession
+
+MARKS = [{"text": "You said:", "start_ms": 0.0, "end_ms": 800.0},
+         {"text": "Please book a table tonight.", "start_ms": 800.0, "end_ms": 2800.0}]
+
+
+def test_heard_words_are_the_ledgers_words_one_by_one():
+    heard = HeardWords()
+    heard.add_marks("r1", MARKS)
+    ledger = [TextMark(m["text"], m["start_ms"], m["end_ms"]) for m in MARKS]
+    taken: list[str] = []
+    for at in range(0, 3000, 20):
+        taken += [w.text for w in heard.take_heard("r1", at)]
+        assert " ".join(taken) == text_heard_by(ledger, at), at  # never ahead of the ledger, never behind
+    assert taken == ["You", "said:", "Please", "book", "a", "table", "tonight."]
+
+
+def test_heard_word_spans_sit_inside_their_marks_in_order():
+    heard = HeardWords()
+    heard.add_marks("r1", MARKS)
+    words = heard.take_heard("r1", 2800.0)
+    starts = [w.start_ms for w in words]
+    assert starts == sorted(starts) and words[0].start_ms == 0.0 and words[2].start_ms >= 800.0
+    assert all(w.end_ms <= 2800.0 for w in words)
+
+
+def test_a_played_out_response_gives_its_last_words_too():
+    heard = HeardWords()
+    heard.add_marks("r1", MARKS)
+    first = heard.take_heard("r1", 2700.0)  # resampling can leave the last samples a little short
+    rest = heard.take_rest("r1")
+    assert [w.text for w in first + rest][-1] == "tonight." and rest
+
+
+def test_the_gate_is_open_exactly_while_a_response_is_named():
+    gate = ResponseGate()
+    frame = rtc.AudioFrame(bytes(1920), 48000, 1, 960)
+    assert not gate.update(frame)
+    gate.open_for = "r1"
+    assert gate.update(frame)
+    gate.deactivate()  # the adapter closing a burst does not reopen or close the next
+    gate.open_for = None
+    assert not gate.update(frame)
+
+
+class _Recorder:
+    """The inner conversation: what reaches the wire."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.capabilities = None
+        self.session_id = "s1"
+
+    def send(self, event) -> None:
+        self.sent.append(event)
+
+
+async def test_an_ack_waits_for_the_rooms_position_and_never_says_more_than_was_played():
+    inner = _Recorder()
+    conversation = RoomAckedConversation(inner, on_audio_delta=lambda e: None)
+    conversation.send(PlaybackAck(played_ms=500.0, response_id="r0"))  # no room attached: straight through
+    assert [e.played_ms for e in inner.sent] == [500.0]
+    conversation.room_attached = True
+    conversation.send(PlaybackAck(played_ms=1500.0, response_id="r1"))
+    assert len(inner.sent) == 1  # held for the room's word
+    conversation.room_played("r1", 1260.0)
+    assert inner.sent[-1].response_id == "r1" and inner.sent[-1].played_ms == 1260.0
+    conversation.room_played("r2", 3000.0)  # the room finished before our playout acked
+    conversation.send(PlaybackAck(played_ms=2000.0, response_id="r2"))
+    assert inner.sent[-1].played_ms == 2000.0
+
+
+async def test_marks_are_seen_on_the_way_to_the_call_path():
+    seen: list[str] = []
+
+    class Inner(_Recorder):
+        async def events(self):
+            yield ResponseAudioDelta("r1", "i1", None, 24000, 0.0, 800.0, MARKS[:1])
+
+    conversation = RoomAckedConversation(Inner(), on_audio_delta=lambda e: seen.append(e.response_id))
+    assert [e.response_id async for e in conversation.events()] == ["r1"] and seen == ["r1"]
+
+
+async def test_tools_are_refused_with_a_reason_and_instructions_kept_for_the_opening():
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    assert model.capabilities.mutable_instructions and not model.capabilities.mutable_tools
+    session = model.session()
+    try:
+        @llm.function_tool
+        async def lookup(city: str) -> str:
+            """Look up a city."""
+            return city
+
+        with pytest.raises(llm.RealtimeError, match="tools"):
+            await session._update_tools([lookup])
+        await session._update_tools([])  # no tools is fine
+        await session._update_instructions("Be brief.")
+        assert session._instructions == "Be brief."
+        with pytest.raises(llm.RealtimeError, match="text messages"):
+            await session._append_items([llm.FunctionCall(call_id="c", name="lookup", arguments="{}")])
+    finally:
+        await session.aclose()
+
+
+async def test_in_process_outside_the_thread_executor_fails_clearly():
+    model = DuplexModel.in_process("scripted")
+
+    class Proc:
+        executor_type = JobExecutorType.PROCESS
+
+    class Ctx:
+        proc = Proc()
+
+    def in_a_process_job():
+        _JobContextVar.set(Ctx())
+        return model.session()
+
+    with pytest.raises(llm.RealtimeError, match="thread executor"):
+        contextvars.copy_context().run(in_a_process_job)
+
+
+def test_unknown_plugin_options_are_a_type_error_naming_them():
+    with pytest.raises(TypeError, match="bogus"):
+        DuplexModel.in_process("reference", bogus=1)
+
+
+async def test_the_aec_warmup_default_is_noticed_and_none_is_not():
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    assert _aec_warmup_left_at_default(AgentSession(llm=model, vad=None))
+    assert not _aec_warmup_left_at_default(AgentSession(llm=model, vad=None, aec_warmup_duration=None))
+    assert not _aec_warmup_left_at_default(AgentSession(llm=model, vad=None, aec_warmup_duration=3.0))
+
+
+async def test_listen_never_interrupts_the_agent_session():
+    interrupts: list[str] = []
+    for policy in ("barge_in", "listen"):
+        model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1", session={"overlap_policy": policy})
+        session = model.session()
+        session._link.session = object()  # found
+        session._link.interrupt = lambda policy=policy: interrupts.append(policy)
+        session._frame_response = "r1"
+        session._on_playout_cleared()
+        assert "r1" in session._cut
+        await session.aclose()
+    assert interrupts == ["barge_in"]
+
+
+async def test_an_unreachable_backend_is_an_error_event_with_its_code():
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    session: DuplexAgentSession = model.session()
+    errors: list[llm.RealtimeModelError] = []
+    session.on("error", errors.append)
+    await session._update_session(instructions="hi")
+    await asyncio.wait_for(session._ready.wait(), 20)
+    assert errors and errors[0].error.code == "backend_unavailable" and not errors[0].recoverable
+    assert [f async for f in session.audio_stream] == []  # the stream ends: nothing to play
+    await session.aclose()
