@@ -1,8 +1,9 @@
 """The one seam between ``DuplexModel.in_process`` and how plugins take their options.
 
-Plugin options are the worker's own settings (``agent/app/settings.py``: ``moshi_config``,
-``device``, ``responder``, ``max_sessions``...), built into a backend by the worker's own
-bootstrap, so an in-process model is configured exactly as ``duplex-agent serve`` is.
+An option is either one of the worker's own settings (``agent/app/settings.py``:
+``max_sessions``...) or one the plugin declares in its ``options_type`` (``moshi_config``,
+``device``, ``responder``...); both go through the worker's own bootstrap, so an in-process
+model is configured exactly as ``duplex-agent serve --plugin NAME`` is.
 """
 
 from __future__ import annotations
@@ -13,17 +14,24 @@ from typing import Any
 from duplex_agent.agent.app.bootstrap import build_backend
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.plugins.contract.loading import duplex_plugin_type
 
 
 def plugin_settings(plugin: str, options: dict[str, Any]) -> Settings:
     """Settings for ``plugin`` (an alias or a dotted path) with ``options``; TypeError naming a bad one."""
     settings = Settings(plugin=plugin)
-    known = {f.name for f in fields(Settings)}
+    options_type = duplex_plugin_type(settings.plugin_path).options_type
+    settings.plugin_options = options_type() if options_type is not None else None
+    worker = {f.name for f in fields(Settings)} - {"plugin", "plugin_options"}
+    own = {f.name for f in fields(options_type)} if options_type is not None else set()
     for name, value in options.items():
-        if name not in known:
-            raise TypeError(f"unknown plugin option {name!r}; the options are the worker's settings: "
-                            + ", ".join(sorted(known)))
-        setattr(settings, name, value)
+        if name in own:
+            setattr(settings.plugin_options, name, value)
+        elif name in worker:
+            setattr(settings, name, value)
+        else:
+            raise TypeError(f"unknown option {name!r} for plugin {plugin!r}; its own options: "
+                            f"{', '.join(sorted(own)) or 'none'}; the worker's: {', '.join(sorted(worker))}")
     return settings
 
 
