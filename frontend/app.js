@@ -3,8 +3,8 @@
 //   "events" data channel carrying server events to the page and settings back.
 // - LiveKit: join a LiveKit room with livekit-client (loaded on demand from
 //   /vendor/livekit-client.umd.js), publish the mic, play the agent's track;
-//   transcripts arrive on "lk.transcription" text streams and the agent's state
-//   is its "lk.agent.state" participant attribute.
+//   transcripts arrive on "lk.transcription" text streams, typed errors on
+//   "duplex.events", and the agent's state is its "lk.agent.state" participant attribute.
 // A worker with an API key wants a short-lived session token: the page takes it from
 // its URL fragment (#token=..., never sent to a server or written to its logs) and
 // sends it as "Authorization: Bearer"; the key itself never reaches the page.
@@ -180,9 +180,15 @@ function onServerMessage(message) {
       showTurnFigures(event.latency.turn_ms.last, event.latency.barge_in_ms.last);
       showDefinitions(event.definitions || {});
       break;
-    case "session.closed": setStatus("The agent ended the call"); break;
-    case "error": showError(`Agent error (${event.error.code}): ${event.error.message}`); break;
+    case "session.closed": case "error": showAgentEnding(event); break;
   }
+}
+
+// A typed error or the end of the session, as either mode's worker sends it (the data channel,
+// or the LiveKit room's "duplex.events" text stream).
+function showAgentEnding(event) {
+  if (event.type === "error") showError(`Agent error (${event.error.code}): ${event.error.message}`);
+  else setStatus(event.reason ? `The agent ended the call (${event.reason})` : "The agent ended the call");
 }
 
 // What each figure measures comes from the worker (one definition for the page, /metrics
@@ -534,6 +540,7 @@ ui.lkToken.addEventListener("input", describeToken);
 // ---- LiveKit: the call ----
 
 const TRANSCRIPTION_TOPIC = "lk.transcription";
+const EVENTS_TOPIC = "duplex.events";  // the worker's typed error and session.closed events, as wire JSON
 const AGENT_STATE = "lk.agent.state";
 // Set by the worker beside its state: what the Direct mode's data channel carries.
 const RANDOM_WEIGHTS = "duplex.random_weights", TURN_MS = "duplex.turn_ms", BARGE_IN_MS = "duplex.barge_in_ms";
@@ -642,6 +649,11 @@ function watchRoom(session) {
   room.registerTextStreamHandler(TRANSCRIPTION_TOPIC, (reader, participantInfo) => {
     onTranscription(session, reader, participantInfo && participantInfo.identity)
       .catch((err) => console.warn("transcription stream failed", err));
+  });
+  room.registerTextStreamHandler(EVENTS_TOPIC, async (reader) => {
+    let event;
+    try { event = JSON.parse(await reader.readAll()); } catch { return; }
+    if (call === session) showAgentEnding(event);
   });
   room.on(E.TrackSubscribed, mine((track) => {
     if (track.kind === LK.Track.Kind.Audio) track.attach(ui.audio);
