@@ -82,16 +82,19 @@ async def test_talking_over_the_agent_stops_it_and_history_keeps_what_was_played
         tail = peer.received[quiet_from:]
         assert tail and sum(float(np.sqrt(np.mean(f**2))) > 0.02 for f in tail) <= 2
 
-        item = next(i for i in runner.history if i.role == "assistant")
+        # The reply the caller talked over. On a busy machine a pause inside the long question can end
+        # the turn early: that reply is cancelled by the rest of the question before any of it plays.
+        item = next(i for i in runner.history if i.role == "assistant" and i.ledger and i.ledger.played_ms > 0)
         ledger = item.ledger
         assert ledger is not None and ledger.acked and 0 < ledger.played_ms < ledger.generated_ms
         assert item.heard_text == text_heard_by(ledger.marks, ledger.played_ms)
         kept, full = words(item.heard_text), words(ledger.full_text())
         assert kept and kept == full[: len(kept)] and len(kept) < len(full)
         # The model's own context gets the heard text at the next turn.
-        await wait_for(lambda: any(h["role"] == "assistant" for h in plugin.context(runner.session_id).history),
+        await wait_for(lambda: any(h["role"] == "assistant" and h["content"] == item.heard_text
+                                   for h in plugin.context(runner.session_id).history),
                        30, "the next turn to commit the heard reply")
         context = [h["content"] for h in plugin.context(runner.session_id).history if h["role"] == "assistant"]
-        assert context == [item.heard_text]
+        assert item.heard_text in context and all(c in ("", item.heard_text) for c in context), context
     finally:
         await peer.close()
