@@ -142,6 +142,9 @@ class LiveKitRoomCall:
             if self._writer_task is not None:
                 self._writer_task.cancel()
                 await asyncio.gather(self._writer_task, return_exceptions=True)
+            # The native source ticks every 10 ms until disposed; left to the garbage collector,
+            # every call a worker had served kept one ticking (its cost grew with calls served).
+            await self.source.aclose()
             self._finished.set()
 
     def finish_after_current(self) -> None:
