@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: run test bench install install-dev install-moshi system-deps clean
+.PHONY: run test bench install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ $(VENV)/.installed-moshi: pyproject.toml | $(BIN)/python
 
 install-moshi: $(VENV)/.installed-moshi
 
+# The real vLLM-Omni 0.30.0 as a test peer (devtools/omni_peer) runs in a venv of its own, rebuilt
+# when its pinned requirements change. The whole closure is pinned, so it installs with --no-deps
+# (vllm and vllm-omni's own requirements would pull CUDA builds); torch resolves to the CPU wheel.
+OMNI_VENV ?= .venv-omni
+OMNI_REQUIREMENTS := devtools/omni_peer/requirements.txt
+$(OMNI_VENV)/.installed: $(OMNI_REQUIREMENTS)
+	rm -rf $(OMNI_VENV)
+	$(PYTHON) -m venv $(OMNI_VENV)
+	$(OMNI_VENV)/bin/python -m pip install --quiet --no-deps -r $(OMNI_REQUIREMENTS)
+	$(OMNI_VENV)/bin/python -m devtools.omni_peer --check
+	touch $@
+
+omni-venv: $(OMNI_VENV)/.installed
+
 # The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json,
 # copied into frontend/vendor/ so that a wheel built from this tree carries it.
 frontend/node_modules/.installed: frontend/package-lock.json
@@ -59,7 +73,7 @@ system-deps:
 run: install
 	HF_HUB_OFFLINE=1 $(BIN)/duplex-agent serve --host $(HOST) --port $(PORT)
 
-test: install-dev install-moshi system-deps
+test: install-dev install-moshi omni-venv system-deps
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: install-dev
