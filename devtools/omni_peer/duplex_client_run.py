@@ -84,6 +84,9 @@ async def _watch(client, report: dict) -> None:
 
 
 def main() -> int:
+    from devtools.omni_peer import native_stubs
+
+    native_stubs.install()
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--turns", type=int, default=2)

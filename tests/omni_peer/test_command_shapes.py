@@ -71,7 +71,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def servers(started):
-    return started.peer(), started.serve(plugin="scripted")
+    # Every case opens a session on each; closed ones free their slot at once, but leave room.
+    return started.peer(max_sessions=16), started.serve(plugin="scripted", extra=["--max-sessions", "16"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -90,9 +91,10 @@ async def test_connecting_with_a_model_opens_the_session_unasked(servers):
     """vLLM-Omni autostarts a session when the URL names a model and does not say autostart=0."""
     import aiohttp
 
-    for server in servers:
+    for server, name in zip(servers, ("vLLM-Omni", "ours")):
         async with aiohttp.ClientSession() as http, \
                 http.ws_connect(server.realtime_url + "&model=duplex", max_msg_size=64 << 20) as ws:
             first = await ws.receive(timeout=30)
-            assert first.type == aiohttp.WSMsgType.TEXT, f"{server.realtime_url}: {first.type.name}"
-            assert '"session.created"' in first.data, f"{server.realtime_url}: {first.data[:300]}"
+            assert first.type == aiohttp.WSMsgType.TEXT, f"{name}: {first.type.name}"
+            assert '"session.created"' in first.data, f"{name}: {first.data[:300]}"
+            await ws.send_str('{"type": "session.close"}')

@@ -111,9 +111,13 @@ async def run_case(url: str, case: Case) -> Answer:
                         return True
                 return False
 
+            # The opening's whole answer (session.created, and whatever follows it) ends at the fence.
             await ws.send_str(json.dumps({"type": "session.update", "session": case.session}))
             if not await until("session.created"):
                 return Answer(received, "no session.created")
+            await ws.send_str(json.dumps(FENCE))
+            if not await until(FENCE_ANSWER):
+                return Answer(received, f"no {FENCE_ANSWER} to the opening")
             opening = len(received)
             for event in case.events:
                 await ws.send_str(event if isinstance(event, str) else json.dumps(event))
@@ -121,12 +125,17 @@ async def run_case(url: str, case: Case) -> Answer:
                 return Answer(received[opening:], f"no {case.until} within {ANSWER_TIMEOUT_S} s")
             for event in case.after:
                 await ws.send_str(json.dumps(event))
+            if case.until == "session.closed":
+                return Answer(received[opening:])
             if ws.closed:
                 return Answer(received[opening:], "socket closed")
             await ws.send_str(json.dumps(FENCE))
             if not await until(FENCE_ANSWER):
                 return Answer(received[opening:], f"no {FENCE_ANSWER} within {ANSWER_TIMEOUT_S} s")
-            return Answer(received[opening:-1])
+            answer = Answer(received[opening:-1])
+            # Only session.close ends a vLLM-Omni session at once; a bare socket close holds its slot.
+            await ws.send_str(json.dumps({"type": "session.close"}))
+            return answer
 
 
 def diff(real: Answer, ours: Answer) -> tuple[list[str], list[str]]:
@@ -148,14 +157,18 @@ def diff(real: Answer, ours: Answer) -> tuple[list[str], list[str]]:
     real_shapes, our_shapes = real.shapes(), ours.shapes()
     for name in [name for name in real.names if name in our_shapes]:
         theirs, mine = real_shapes[name], our_shapes[name]
+        missing: dict[str, list[str]] = {}
         for key in sorted(set(theirs) | set(mine)):
             if key not in mine:
                 if not _under_missing(key, mine):
-                    lines.append(f"{name}: {key} ({theirs[key]}) missing in ours")
+                    parent, _, leaf = key.rpartition(".")
+                    missing.setdefault(parent, []).append(f"{leaf} ({theirs[key]})")
             elif key not in theirs:
                 extras.append(f"{name}: {key} ({mine[key]}) only in ours")
             elif theirs[key] != mine[key]:
                 lines.append(f"{name}: {key} is {theirs[key]} in vLLM-Omni, {mine[key]} in ours")
+        for parent, leaves in missing.items():
+            lines.append(f"{name}: {parent or '(top)'} lacks {', '.join(leaves)}")
     return lines, extras
 
 
