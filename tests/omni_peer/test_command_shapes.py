@@ -66,6 +66,27 @@ CASES = [
     Case("unknown event type", [{"type": "no.such.event"}]),
     Case("malformed JSON", ["{not json"]),
     Case("session.close", [{"type": "session.close"}], until="session.closed"),
+    # The parser's aliases and turn.signal's inner events.
+    Case("close (alias)", [{"type": "close"}], until="session.closed"),
+    Case("close_session (alias)", [{"type": "close_session"}], until="session.closed"),
+    Case("input_text.append (alias)", [{"type": "input_text.append", "text": "hello"}]),
+    Case("push_text (alias)", [{"type": "push_text", "text": "hello"}]),
+    Case("signal_turn (alias) unknown event", [{"type": "signal_turn", "event": "wave"}]),
+    Case("turn.signal session.update", [{"type": "turn.signal", "event": "session.update",
+                                         "payload": {"instructions": "be brief"}}]),
+    Case("turn.signal conversation.item.create", [{"type": "turn.signal", "event": "conversation.item.create",
+                                                   "payload": {"item": USER_TEXT}}]),
+    Case("turn.signal conversation.item.delete unknown", [{"type": "turn.signal", "event": "conversation.item.delete",
+                                                           "payload": {"item_id": "item_x"}}]),
+    Case("turn.signal input.cancel", [{"type": "turn.signal", "event": "input.cancel"}]),
+    Case("turn.signal barge_in", [{"type": "turn.signal", "event": "barge_in"}]),
+    Case("input_audio_buffer.commit final false", [APPEND, {"type": "input_audio_buffer.commit", "final": False}]),
+    Case("response.create text only", [APPEND, {"type": "input_audio_buffer.commit"},
+                                       {"type": "response.create", "response": {"modalities": ["text"]}}],
+         until="response.done"),
+    Case("output_audio_buffer.clear with response_id", [{"type": "output_audio_buffer.clear",
+                                                         "response_id": "resp_x"}]),
+    Case("session.event_ack", [{"type": "session.event_ack", "server_event_seq": 1}]),
 ]
 
 

@@ -1,8 +1,8 @@
 """Run one client command sequence against a duplex server and describe what came back, key by key.
 
 A run opens a fresh session, sends the case's events, then a ``session.heartbeat`` as a fence
-(the server answers commands in order, so its ``session.heartbeat_ack`` comes after the
-answers to everything before it); a case that starts a response waits for its
+(vLLM-Omni answers commands in order, so its ``session.heartbeat_ack`` comes after the
+answers to everything before it; see ``SETTLE_S`` for ours); a case that starts a response waits for its
 ``response.done`` first. What is compared is the shape, not the content: the event names in
 order, each event's keys with the JSON types of their values, and the error codes.
 """
@@ -19,6 +19,9 @@ import aiohttp
 FENCE = {"type": "session.heartbeat"}
 FENCE_ANSWER = "session.heartbeat_ack"
 ANSWER_TIMEOUT_S = 30.0
+#: Ours answers heartbeats on the transport, ahead of its command mailbox (vLLM-Omni answers them
+#: in order), so its fence can overtake the answers: after the fence, keep reading this long.
+SETTLE_S = 1.5
 #: vLLM-Omni's own debugging metadata (runtime names, scheduler facts) differs per model by design.
 IGNORED_SUBTREES = ("vllm_omni",)
 #: Events that repeat per chunk; their shape is compared once, their count is not.
@@ -95,9 +98,9 @@ async def run_case(url: str, case: Case) -> Answer:
         async with http.ws_connect(url, max_msg_size=64 << 20) as ws:
             received: list[dict[str, Any]] = []
 
-            async def until(kind: str) -> bool:
+            async def until(kind: str, within: float = ANSWER_TIMEOUT_S) -> bool:
                 loop = asyncio.get_running_loop()
-                deadline = loop.time() + ANSWER_TIMEOUT_S
+                deadline = loop.time() + within
                 while loop.time() < deadline:
                     try:
                         message = await ws.receive(timeout=max(0.01, deadline - loop.time()))
@@ -118,6 +121,7 @@ async def run_case(url: str, case: Case) -> Answer:
             await ws.send_str(json.dumps(FENCE))
             if not await until(FENCE_ANSWER):
                 return Answer(received, f"no {FENCE_ANSWER} to the opening")
+            await until("(settle)", SETTLE_S)
             opening = len(received)
             for event in case.events:
                 await ws.send_str(event if isinstance(event, str) else json.dumps(event))
@@ -132,7 +136,9 @@ async def run_case(url: str, case: Case) -> Answer:
             await ws.send_str(json.dumps(FENCE))
             if not await until(FENCE_ANSWER):
                 return Answer(received[opening:], f"no {FENCE_ANSWER} within {ANSWER_TIMEOUT_S} s")
-            answer = Answer(received[opening:-1])
+            fenced = len(received) - 1
+            await until("(settle)", SETTLE_S)
+            answer = Answer(received[opening:fenced] + received[fenced + 1:])
             # Only session.close ends a vLLM-Omni session at once; a bare socket close holds its slot.
             await ws.send_str(json.dumps({"type": "session.close"}))
             return answer
