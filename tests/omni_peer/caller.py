@@ -7,6 +7,7 @@ the text from the events, so a test can tell which reply it heard and how much o
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 
 from tests.conformance.omni_client import OmniClient, pcm16
 
-REPLY_TIMEOUT_S = 60.0
+REPLY_TIMEOUT_S = 30.0
 
 
 def reply_tone_hz(index: int) -> float:
@@ -75,9 +76,13 @@ class Reply:
 async def next_reply(client: OmniClient, *, timeout: float = REPLY_TIMEOUT_S, stop_after: str | None = None) -> Reply:
     """The events of the next response, up to its ``response.done`` (or up to ``stop_after``)."""
     reply = Reply()
-    loop_deadline = timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     while True:
-        event = await client.recv(loop_deadline)
+        left = deadline - loop.time()
+        if left <= 0:
+            raise AssertionError(f"no {stop_after or 'response.done'} within {timeout} s; got {reply.names[-12:]}")
+        event = await client.recv(left)
         if event["type"] == "error":
             reply.events.append(event)
             raise AssertionError(f"error while waiting for a reply: {event}")

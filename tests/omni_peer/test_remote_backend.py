@@ -7,13 +7,14 @@ The asserts are vLLM-Omni's behaviour as a caller of ours should see it.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
 
 from devtools.speech import speak
 from tests.conformance.omni_client import OmniClient
-from tests.omni_peer.caller import next_reply, reply_tone_hz, say, tone
+from tests.omni_peer.caller import REPLY_TIMEOUT_S, next_reply, reply_tone_hz, say, tone
 from tests.omni_peer.processes import OmniPeer, OurServe
 from tests.omni_peer.tcp_relay import TcpRelay
 
@@ -78,6 +79,14 @@ async def _ask(client: OmniClient, **commit) -> None:
     await client.send({"type": "input_audio_buffer.commit", **commit})
 
 
+async def _until_done(client: OmniClient, reply, timeout: float = REPLY_TIMEOUT_S) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while reply.status is None:
+        assert loop.time() < deadline, f"no response.done within {timeout} s: {reply.names[-12:]}"
+        reply.add(await client.recv(max(0.01, deadline - loop.time())))
+
+
 def _check_full_reply(reply, index: int, words: int) -> None:
     assert reply.status == "completed", reply.names
     assert reply.transcript.startswith(f"reply {index} "), reply.transcript
@@ -113,8 +122,7 @@ async def test_barge_in_stops_the_reply_and_the_next_one_answers(call, stack24):
     await say(client, speak("Tell me a long story about the sea.", before_ms=300, after_ms=1500))
     first = await next_reply(client, stop_after="response.output_audio.delta")
     await say(client, speak("Stop, tell me about the mountains instead.", before_ms=100, after_ms=1500))
-    while first.status is None:
-        first.add(await client.recv(60))
+    await _until_done(client, first)
     assert first.status in ("cancelled", "incomplete"), first.names
     assert first.seconds < stack24.words * WORD_S - 0.5, first.seconds
     _check_full_reply(await next_reply(client), 2, stack24.words)
@@ -125,8 +133,7 @@ async def test_cancel_stops_the_reply_and_the_next_one_answers(call, stack24):
     await _ask(client, response_create=True)
     first = await next_reply(client, stop_after="response.output_audio.delta")
     await client.send({"type": "response.cancel"})
-    while first.status is None:
-        first.add(await client.recv(60))
+    await _until_done(client, first)
     assert first.status == "cancelled", first.names
     assert first.seconds < stack24.words * WORD_S - 0.5, first.seconds
     await _ask(client, response_create=True)
