@@ -93,12 +93,22 @@ async def next_reply(client: OmniClient, *, timeout: float = REPLY_TIMEOUT_S, st
             return reply
 
 
-async def say(client: OmniClient, samples: np.ndarray, *, chunk_ms: float = 20.0) -> None:
-    """Append 16 kHz float32 audio as pcm16 with the per-append format vLLM-Omni's clients send."""
+async def say(client: OmniClient, samples: np.ndarray, *, chunk_ms: float = 20.0, realtime: bool = False) -> None:
+    """Append 16 kHz float32 audio as pcm16 with the per-append format vLLM-Omni's clients send;
+    ``realtime`` paces it as a live caller would (a server VAD's input path is sized for that)."""
     step = int(16 * chunk_ms)
     for start in range(0, len(samples), step):
         await client.send({"type": "input_audio_buffer.append", "audio": pcm16(samples[start:start + step]),
                            "format": "pcm16", "sample_rate_hz": 16000})
+        if realtime:
+            await asyncio.sleep(chunk_ms / 1000)
+
+
+async def acknowledge(client: OmniClient, reply: Reply) -> None:
+    """What a caller that played the whole reply tells the server."""
+    played_ms = int(reply.seconds * 1000)
+    await client.send({"type": "playback.ack", "response_id": reply.response_id, "played_ms": played_ms,
+                       "committed_ms": played_ms})
 
 
 def tone(ms: float, hz: float = 440.0) -> np.ndarray:
