@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from vllm_omni.engine.duplex_orchestrator import DuplexOrchestrator
 from vllm_omni.engine.duplex_omni_engine import DuplexOmniEngine
 from vllm_omni.engine.orchestrator import OrchestratorBase
+from vllm_omni.engine.stage_runtime import StageRuntimeInfo
 
 from devtools.omni_peer.scripted_stages import OutputBus, PeerScript, StageInput, build_stage_pools
 
@@ -50,8 +51,6 @@ def install(script: PeerScript, model_dir: str) -> None:
         engine.prompt_transform_func = None
         engine.prompt_expand_func = None
         engine.default_sampling_params_list = [client.default_sampling_params for client in engine.stage_clients]
-        from vllm_omni.engine.stage_runtime import StageRuntimeInfo
-
         engine.stage_metadata = [
             StageRuntimeInfo(final_output=client.final_output, final_output_type=client.final_output_type,
                              stage_type=client.stage_type, model_stage=client.model_stage)
