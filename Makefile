@@ -15,7 +15,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test bench install install-dev install-moshi system-deps clean
+.PHONY: run livekit-dev test bench install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,20 @@ $(VENV)/.installed-moshi: pyproject.toml | $(BIN)/python
 	touch $@
 
 install-moshi: $(VENV)/.installed-moshi
+
+# The real vLLM-Omni 0.30.0 as a test peer (devtools/omni_peer) runs in a venv of its own, rebuilt
+# when its pinned requirements change. The whole closure is pinned, so it installs with --no-deps
+# (vllm and vllm-omni's own requirements would pull CUDA builds); torch resolves to the CPU wheel.
+OMNI_VENV ?= .venv-omni
+OMNI_REQUIREMENTS := devtools/omni_peer/requirements.txt
+$(OMNI_VENV)/.installed: $(OMNI_REQUIREMENTS)
+	rm -rf $(OMNI_VENV)
+	$(PYTHON) -m venv $(OMNI_VENV)
+	$(OMNI_VENV)/bin/python -m pip install --quiet --no-deps -r $(OMNI_REQUIREMENTS)
+	$(OMNI_VENV)/bin/python -m devtools.omni_peer --check
+	touch $@
+
+omni-venv: $(OMNI_VENV)/.installed
 
 # The page's LiveKit mode: livekit-client's browser bundle, pinned by frontend/package-lock.json,
 # copied into frontend/vendor/ so that a wheel built from this tree carries it.
@@ -83,14 +97,14 @@ run: install
 livekit-dev: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) -- --host $(HOST) --port $(PORT)
 
-test: install-dev install-moshi system-deps
+test: install-dev install-moshi omni-venv system-deps
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: install-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache frontend/node_modules
+	rm -rf $(VENV) $(OMNI_VENV) artifacts .pytest_cache frontend/node_modules
 
 # The GPU check (bench/gpu_check.sh) for the day a GPU machine is lent. That machine has torch and
 # numpy and no network: gpu-wheels/ carries the rest (about 50 MB: the Moshi bench's wheels and the

@@ -1,0 +1,102 @@
+"""vLLM-Omni's own ``DuplexClient`` against a duplex server; prints one JSON report line.
+
+Run with ``.venv-omni/bin/python -m devtools.omni_peer.duplex_client_run URL --turns 2 [--drop-after 1]``.
+Each turn streams a 600 ms tone, commits with a response, drains the reply's audio and
+acknowledges its playback, as an application built on the client would. ``--drop-after N``
+aborts the TCP connection (no close frame) after turn N, so the client's own resume runs.
+The tests read the report; this script asserts nothing itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import numpy as np
+
+TURN_TIMEOUT_S = 60.0
+
+
+def tone_pcm16(ms: int, hz: float = 440.0, rate: int = 16000) -> bytes:
+    t = np.arange(int(rate * ms / 1000)) / rate
+    return (0.3 * np.sin(2 * np.pi * hz * t) * 32767).astype("<i2").tobytes()
+
+
+async def run(url: str, *, turns: int, drop_after: int | None, model: str) -> dict:
+    from vllm_omni.clients.duplex import DuplexClient, DuplexClientError, SessionConfig
+
+    sockets = []
+
+    async def connect(target: str):
+        import websockets
+
+        ws = await websockets.connect(target, max_size=64 << 20)
+        sockets.append(ws)
+        return ws
+
+    report: dict = {"turns": [], "errors": [], "resumed": 0, "session_ids": [], "events": []}
+    config = SessionConfig(turn_detection=None, auto_response=False)
+    try:
+        async with DuplexClient(url, model=model, config=config, connect=connect,
+                                heartbeat_interval_s=None) as client:
+            report["session_ids"].append(client.session_id)
+            watcher = asyncio.create_task(_watch(client, report))
+            responses = client.responses()
+            for turn in range(turns):
+                await client.stream_pcm(tone_pcm16(600), realtime=False)
+                await client.commit(create_response=True)
+                handle = await asyncio.wait_for(anext(responses), TURN_TIMEOUT_S)
+                audio = 0
+                async for chunk in handle.audio():
+                    audio += len(chunk)
+                    await client.ack_playback(handle.played_ms, response_id=handle.response_id)
+                await handle.wait(TURN_TIMEOUT_S)
+                done = handle.done_event.raw if handle.done_event is not None else {}
+                report["turns"].append({
+                    "response_id": handle.response_id, "decision": handle.decision,
+                    "transcript": handle.transcript, "text": handle.text, "audio_bytes": audio,
+                    "played_ms": handle.played_ms, "done_type": done.get("type"),
+                    "status": (done.get("response") or {}).get("status"),
+                })
+                if drop_after is not None and turn + 1 == drop_after:
+                    sockets[-1].transport.abort()
+                    deadline = time.monotonic() + TURN_TIMEOUT_S
+                    while report["resumed"] == 0 and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+            report["session_ids"].append(client.session_id)
+            watcher.cancel()
+    except (DuplexClientError, asyncio.TimeoutError, StopAsyncIteration, OSError) as exc:
+        report["failure"] = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+async def _watch(client, report: dict) -> None:
+    async for event in client.events():
+        if not event.type.endswith(".delta"):
+            report["events"].append(event.type)
+        if event.type == "error":
+            report["errors"].append({"code": event.code, "message": event.message})
+        elif event.type == "connection.resumed":
+            report["resumed"] += 1
+
+
+def main() -> int:
+    from devtools.omni_peer import native_stubs
+
+    native_stubs.install()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--drop-after", type=int)
+    parser.add_argument("--model", default="duplex")
+    args = parser.parse_args()
+    report = asyncio.run(run(args.url, turns=args.turns, drop_after=args.drop_after, model=args.model))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The processes these tests start: the real vLLM-Omni peer (in .venv-omni) and ``duplex-agent serve``.
+
+Each runs as a subprocess with its log in a file, is waited on by its own health route (never
+by a sleep), and is stopped by SIGTERM (SIGKILL only past a generous deadline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OMNI_PYTHON = REPO / ".venv-omni" / "bin" / "python"
+#: The peer imports vLLM and vLLM-Omni (about 40 s on an idle core); the loaded CI machine gets more.
+PEER_START_TIMEOUT_S = 300.0
+SERVE_START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "DUPLEX_", "VIRTUAL_ENV"))}
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+class Process:
+    """One subprocess with its log in a file."""
+
+    health_path = "/"
+
+    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
+        self.argv = argv
+        self.port = port
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> None:
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(self.argv, cwd=REPO, env=_environment(), stdout=self._log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def health(self) -> tuple[int, dict] | None:
+        url = f"http://127.0.0.1:{self.port}{self.health_path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                return reply.status, json.loads(reply.read() or b"{}")
+        except urllib.error.HTTPError as refused:
+            return refused.code, {}
+        except (OSError, ValueError):
+            return None
+
+    def ready(self, timeout: float) -> None:
+        """Block until the health route answers 200 (module fixtures start processes before the tests' loops)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.health()
+            if answer is not None and answer[0] == 200:
+                return
+            assert self.process is not None and self.process.poll() is None, \
+                f"{self.argv[2:4]} exited ({self.process.returncode}):\n{self.log()[-4000:]}"
+            assert time.monotonic() < deadline, f"{self.argv[2:4]} not healthy after {timeout} s:\n{self.log()[-4000:]}"
+            time.sleep(0.25)
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL now, as a crashed host would go."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+
+class OmniPeer(Process):
+    """vLLM-Omni 0.30.0's duplex server with scripted stages (devtools.omni_peer)."""
+
+    health_path = "/health"
+
+    def __init__(self, port: int, log_path: Path, *, sample_rate: int = 24000, text_only: bool = False,
+                 words: int = 3, disconnect_grace_s: float = 30.0, max_sessions: int = 4) -> None:
+        argv = [str(OMNI_PYTHON), "-m", "devtools.omni_peer", "--port", str(port), "--sample-rate",
+                str(sample_rate), "--words", str(words), "--disconnect-grace", str(disconnect_grace_s),
+                "--max-sessions", str(max_sessions)]
+        if text_only:
+            argv.append("--text-only")
+        super().__init__(argv, port, log_path)
+
+    @property
+    def realtime_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime?duplex=1"
+
+
+class OurServe(Process):
+    """``duplex-agent serve``: with ``--plugin`` a model of its own, with ``backend`` a remote one."""
+
+    health_path = "/healthz"
+
+    def __init__(self, port: int, log_path: Path, *, plugin: str = "scripted", backend: str | None = None,
+                 extra: list[str] | None = None) -> None:
+        argv = [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--host", "127.0.0.1",
+                "--port", str(port)]
+        argv += ["--backend", backend] if backend else ["--plugin", plugin]
+        super().__init__(argv + list(extra or ()), port, log_path)
+
+    @property
+    def realtime_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime?duplex=1"
