@@ -18,8 +18,11 @@ Each sample of the timeline is accounted for in ``ReceiveCounts``: received,
 recovered (FEC), concealed, and the packets dropped as late, reordered, duplicated,
 not Opus, or from a restart (an SSRC change, a timestamp jump of over
 ``RESYNC_S`` ahead of where the wall clock puts the stream or behind what was
-already handed on, ``LATE_RUN_RESTART`` packets in a row after their places). A
-restart starts a new stream where the timeline stands: what was handed on stays.
+already handed on). A restart starts a new stream where the timeline stands: what
+was handed on stays. A packet newer than any before it that comes after its place
+was filled means the stream as a whole fell behind the clock (a sender that stalled
+and skipped the stall, a path that grew longer): the stream rejoins there, counted
+as a timestamp jump, and nothing is dropped.
 
 No I/O here: the owner feeds packets with their arrival times and calls ``drain``
 at ``next_deadline`` (its loop's clock).
@@ -57,8 +60,6 @@ SPREAD_PERCENTILE = 98
 _SPREAD_EVERY = 8
 _DELAYS_KEPT = 500  # 10 s of frames for the p95
 _SEQUENCE_JUMP = 100
-#: This many packets in a row after their places: the stream fell behind the clock, and restarts.
-LATE_RUN_RESTART = 3
 _MAX_PENDING = 256  # packets held at once (about 5 s of 20 ms packets)
 _U32 = 1 << 32
 
@@ -128,7 +129,6 @@ class ReceiveBuffer:
         self._pending: dict[int, _Packet] = {}
         self._transits = _Transits(0.0)
         self._last_transit: float | None = None
-        self._late_run = 0  # packets in a row that came after their places were filled
         self.jitter_s = 0.0  # RFC 3550 interarrival jitter, in seconds
         self.delays_s: deque[float] = deque(maxlen=_DELAYS_KEPT)  # arrival to handoff, per frame from a packet
 
@@ -176,16 +176,14 @@ class ReceiveBuffer:
                 self._start(rtp, arrival)
 
         if rtp < self._cursor:
-            self._late_run += 1
-            if self._late_run < LATE_RUN_RESTART:
+            if rtp <= self._highest:  # overtaken by a later packet, and its place was filled: too late
                 self.counts.late += 1
                 return
-            # Packets keep coming after their places: the stream has fallen behind the clock (a sender
-            # whose clock stopped a while, a longer path): it restarts here, nothing more is dropped.
+            # The newest packet yet, after its place was filled: the stream as a whole fell behind the
+            # clock (a sender whose loop stalled and whose clock skipped the stall, a longer path). The
+            # stream goes on from here where the timeline stands: what was filled is inserted time.
             self.counts.timestamp_jumps += 1
-            self._restart()
-            self._start(rtp, arrival)
-        self._late_run = 0
+            self._rejoin(rtp, arrival)
         transit = arrival - (rtp - self._base) / SAMPLE_RATE
         if rtp in self._pending:
             self.counts.duplicates += 1
@@ -207,6 +205,12 @@ class ReceiveBuffer:
         self._cursor = self._highest = self._base = rtp
         self._transits = _Transits(arrival)
         self._last_transit = None
+
+    def _rejoin(self, rtp: int, arrival: float) -> None:
+        """The same stream, late as a whole: it carries on at the cursor with its decoder's state;
+        nothing is pending (every pending packet is older than the newest, and past the cursor)."""
+        self._pending.clear()
+        self._start(rtp, arrival)
 
     def _restart(self) -> None:
         """A new stream begins where the timeline stands; what the old one still held is dropped."""
