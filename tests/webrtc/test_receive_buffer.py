@@ -4,8 +4,8 @@ delivered on a simulated clock: reordered, lost, late, bursty, broken, stopped."
 from __future__ import annotations
 
 import functools
-import random
 import os
+import random
 
 import numpy as np
 import pytest
