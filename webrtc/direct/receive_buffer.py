@@ -48,14 +48,18 @@ JITTER_MULTIPLE = 4.0
 #: whose FEC recovers it, is due one frame after it.
 MIN_MARGIN_S = 0.005
 #: A hole with no packet after it yet waits this much longer: the whole stream may be late (a
-#: busy sender or loop), and concealing would insert time into the caller's speech. While
-#: packets stay away the timeline runs this far behind the clock, and catches up when they return.
-OPEN_HOLE_GRACE_S = 0.25
+#: busy sender or loop), and concealing would insert time into the caller's speech: a stall of
+#: the caller's loop (on a loaded machine, half a second and more) that inserts 500 ms of
+#: concealment reads as the end of the caller's turn. While packets stay away the timeline runs
+#: this far behind the clock, and catches up when they return.
+OPEN_HOLE_GRACE_S = 0.5
 #: A packet this far from where the wall clock puts the stream restarts it.
 RESYNC_S = 1.0
-#: The earliest transit and the spread are taken over this many recent packets (5 s), the spread
-#: at this percentile, recomputed every few packets.
+#: The spread is taken over this many recent packets (5 s), at this percentile; the earliest
+#: transit over the last second's, so that it follows a path or a sender that became later (a
+#: sender whose clock skipped a stall is later from then on); both recomputed every few packets.
 _TRANSITS_KEPT = 250
+_EARLIEST_OVER = 50
 SPREAD_PERCENTILE = 98
 _SPREAD_EVERY = 8
 _DELAYS_KEPT = 500  # 10 s of frames for the p95
@@ -108,7 +112,7 @@ class _Transits:
         if self._since >= _SPREAD_EVERY:  # a percentile of a few hundred values, not on every packet
             self._since = 0
             values = np.fromiter(self.recent, np.float64, len(self.recent))
-            self.earliest = float(values.min())
+            self.earliest = float(values[-_EARLIEST_OVER:].min())
             self.spread = float(np.percentile(values, SPREAD_PERCENTILE)) - self.earliest
 
 
