@@ -185,9 +185,10 @@ class ReceiveBuffer:
                 return
             # The newest packet yet, after its place was filled: the stream as a whole fell behind the
             # clock (a sender whose loop stalled and whose clock skipped the stall, a longer path). The
-            # stream goes on from here where the timeline stands: what was filled is inserted time.
+            # stream goes on from here where the timeline stands, with its decoder's state: what was
+            # filled is inserted time. Nothing is pending (all of it would be newer than this packet).
             self.counts.timestamp_jumps += 1
-            self._rejoin(rtp, arrival)
+            self._start(rtp, arrival)
         transit = arrival - (rtp - self._base) / SAMPLE_RATE
         if rtp in self._pending:
             self.counts.duplicates += 1
@@ -209,12 +210,6 @@ class ReceiveBuffer:
         self._cursor = self._highest = self._base = rtp
         self._transits = _Transits(arrival)
         self._last_transit = None
-
-    def _rejoin(self, rtp: int, arrival: float) -> None:
-        """The same stream, late as a whole: it carries on at the cursor with its decoder's state;
-        nothing is pending (every pending packet is older than the newest, and past the cursor)."""
-        self._pending.clear()
-        self._start(rtp, arrival)
 
     def _restart(self) -> None:
         """A new stream begins where the timeline stands; what the old one still held is dropped."""
