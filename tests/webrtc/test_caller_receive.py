@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.app.flags import SERVE, add_setting_arguments
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol.events import InputAudioBufferAppend
 from duplex_agent.webrtc.direct import loss_feedback
@@ -105,7 +106,7 @@ def test_the_receive_buffer_setting():
     assert Settings.from_env({"DUPLEX_RECEIVE_BUFFER": "aiortc"}).receive_buffer == "aiortc"
     parser = argparse.ArgumentParser()
     settings = Settings()
-    settings.add_arguments(parser)
+    add_setting_arguments(parser, settings, SERVE)
     assert settings.apply(parser.parse_args(["--receive-buffer", "aiortc"])).receive_buffer == "aiortc"
     from aiohttp import web
 
