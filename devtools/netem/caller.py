@@ -41,7 +41,8 @@ SPEECH_LEVEL = 0.01  # a sample of the caller's own speech
 REPLY_HEARD_BEFORE_BARGE_IN = 25  # loud frames (0.5 s) of the reply before the caller talks over it
 QUIET_AFTER_S = 0.5  # the barge-in window ends this long after the interruption's last speech
 STOPPED_QUIET_FRAMES = 15  # the agent stopped: after the cut, this many frames (0.3 s) heard quiet in a row
-#: Generous deadlines: a caller on a loaded machine can take several times a clip's length to send it.
+#: Generous deadlines: on a loaded machine a caller can take several times a clip's length to send
+#: it, and the handshakes' retransmissions through a lossy link take their time.
 SEND_TIMEOUT_S = 120
 
 
@@ -169,13 +170,15 @@ class Call:
                     return {"ok": False, "error": f"offer answered {response.status}: {text[:300]}"}
                 answer = json.loads(text)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
-        if not await self.until(lambda: self.pc.connectionState in ("connected", "failed", "closed"), 30):
-            return {"ok": False, "error": "not connected after 30 s"}
+        if not await self.until(lambda: self.pc.connectionState in ("connected", "failed", "closed"),
+                                SEND_TIMEOUT_S):
+            return {"ok": False, "error": f"not connected after {SEND_TIMEOUT_S} s"}
         if self.pc.connectionState != "connected":
             return {"ok": False, "error": f"connection {self.pc.connectionState}"}
         connected = time.perf_counter()
-        if not await self.until(lambda: self.channel.readyState == "open" and self.frames_heard > 0, 30):
-            return {"ok": False, "error": "the data channel or the agent's audio did not start in 30 s"}
+        if not await self.until(lambda: self.channel.readyState == "open" and self.frames_heard > 0,
+                                SEND_TIMEOUT_S):
+            return {"ok": False, "error": f"the data channel or the agent's audio did not start in {SEND_TIMEOUT_S} s"}
         return {"ok": True, "connect_ms": round(1000 * (connected - offered))}
 
     async def turn(self) -> dict:
