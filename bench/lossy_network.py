@@ -17,6 +17,10 @@ a long one and talks over the reply. Per condition and mode it prints:
 - turn: caller-heard turn latency, p50 (last speech frame sent -> first loud reply frame);
 - barge-in: as the caller hears it, p50 (first loud frame of the interruption sent -> last
   loud frame of the agent heard), and in how many trials the agent stopped;
+- buf p95, late: the adaptive receive buffer's delay from a packet's arrival at the worker to
+  its frame handed to the call path, p95 per call (the worker's per-call /metrics gauge, read
+  before hang-up; the worst call shown), and the packets it dropped as too late (all calls);
+  "-" for aiortc's buffer, which reports neither;
 - what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
   caller): dropped, reordered, longest run of drops;
 The clean line is the floor of the others. Never passes or fails.
@@ -53,6 +57,7 @@ from devtools.netem.calls import (
     content_words,
     livekit_callers,
     recall,
+    receive_figures,
     start_livekit,
     start_worker,
     write_clips,
@@ -86,6 +91,8 @@ class Trials:
     stopped: int = 0
     failed: list[str] = field(default_factory=list)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # direction -> the forwarder's counts
+    buffer_p95_ms: list[float] = field(default_factory=list)  # per call: the worker's arrival-to-handoff p95
+    buffer_late: int = 0  # packets the worker's buffer dropped as too late, all calls
 
     @property
     def n(self) -> int:
@@ -107,6 +114,10 @@ def one_trial(rig: Rig, trials: Trials) -> None:
             return
         turn = rig.caller.step("turn")
         barge = rig.caller.step("barge_in")
+        figures = receive_figures(rig.link)  # the live call's, from the worker's /metrics
+        if "delay_ms_p95" in figures:
+            trials.buffer_p95_ms.append(figures["delay_ms_p95"])
+            trials.buffer_late += int(figures.get("packets_late", 0))
     finally:
         rig.caller.step("hangup")
     if not turn["ok"] or not barge["ok"]:
@@ -132,8 +143,9 @@ def line(condition: str, mode: str, t: Trials) -> str:
            f" dropped, {up.get('reordered', 0)}/{down.get('reordered', 0)} reordered,"
            f" run<={up.get('longest_loss_run', 0)}/{down.get('longest_loss_run', 0)}")
     failed = f"  failed: {'; '.join(t.failed)}" if t.failed else ""
+    buffer = (f"{max(t.buffer_p95_ms):4.0f} ms {t.buffer_late:3d}" if t.buffer_p95_ms else "   -       -")
     return (f"{condition:<19} {mode:<9} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
-            f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {net}{failed}")
+            f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {buffer}  {net}{failed}")
 
 
 def forwarder_counts(counts: dict) -> str:
@@ -210,7 +222,7 @@ def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str
             failed = [a.get("error") for a in answers if not a["ok"]]
             print(f"   warm-up call ({rig.mode}): {'failed: ' + str(failed) if failed else 'ok'}", flush=True)
         print(f"{'condition':<19} {'buffer':<9} {'heard':>6} {'all':<5} {'reply':<7}{'turn p50':>10} "
-              f"{'barge-in p50':>11} {'stopped':<6} forwarder (caller->worker / worker->caller)", flush=True)
+              f"{'barge-in p50':>11} {'stopped':<6} {'buf p95':>7} {'late':>4}  forwarder (caller->worker / worker->caller)", flush=True)
         for condition in conditions:
             results = {rig.mode: Trials() for rig in rigs}
             for rig in rigs:

@@ -165,3 +165,20 @@ def livekit_callers(link: ImpairedLink, url: str, seconds: float, log: IO[str]) 
     if not final:
         raise RuntimeError(f"bench.livekit_callers ended ({done.returncode}) without its figures")
     return final[0]
+
+
+_CALL_FIGURE = re.compile(r'^duplex_receive_call_(\w+)\{call="[^"]*",(?:outcome|event|stat)="(\w+)"\} (\S+)$')
+
+
+def receive_figures(link: ImpairedLink) -> dict[str, float]:
+    """The worker's receive-buffer figures of its live call (the adaptive buffer's per-call gauges of
+    /metrics: ``frames_received``, ``packets_late``, ``delay_ms_p95``, ...); empty when it has none."""
+    fetch = ("import sys, urllib.request; "
+             "sys.stdout.write(urllib.request.urlopen(sys.argv[1] + '/metrics', timeout=20).read().decode())")
+    done = subprocess.run([*link.exec_prefix("worker"), sys.executable, "-c", fetch, worker_url(link)],
+                          capture_output=True, text=True, timeout=60)
+    figures = {}
+    for text in done.stdout.splitlines():
+        if match := _CALL_FIGURE.match(text):
+            figures[f"{match[1]}_{match[2]}"] = float(match[3])
+    return figures

@@ -35,6 +35,7 @@ class Forwarder:
         self._arrivals = 0
         self._latest_delivered = {TO_WORKER: -1, TO_CALLER: -1}
         self._last_udp_delivered_at = {TO_WORKER: 0.0, TO_CALLER: 0.0}
+        self._blackout_drops: dict[str, list[float]] = {}  # direction: [first, last] drop of the last blackout
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="netem-forwarder", daemon=True)
@@ -58,6 +59,13 @@ class Forwarder:
         """Drop every UDP packet, both ways, for the next ``seconds``."""
         with self._lock:
             self._blackout_until = time.monotonic() + seconds
+            self._blackout_drops = {}
+
+    def blackout_drop_span(self, direction: str) -> float:
+        """Seconds from the first to the last UDP packet the last blackout dropped in ``direction``."""
+        with self._lock:
+            first, last = self._blackout_drops.get(direction, (0.0, 0.0))
+            return last - first
 
     def flowing_again(self, *directions: str) -> bool:
         """True once UDP has been delivered in ``directions`` (default: both) since the last blackout ended."""
@@ -105,7 +113,11 @@ class Forwarder:
                 impairer.counts.other_in += 1
                 delay: float | None = 0.0
             else:
-                delay = impairer.delay_for_next(time.monotonic() < self._blackout_until)
+                now = time.monotonic()
+                blackout = now < self._blackout_until
+                delay = impairer.delay_for_next(blackout)
+                if blackout:
+                    self._blackout_drops.setdefault(direction, [now, now])[1] = now
         if delay is None:
             return
         if delay > 0:

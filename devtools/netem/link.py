@@ -137,6 +137,11 @@ class ImpairedLink:
         assert self.forwarder is not None
         self.forwarder.blackout(seconds)
 
+    def blackout_drop_span(self, direction: str) -> float:
+        """Seconds from the first to the last UDP packet the last blackout dropped in ``direction``."""
+        assert self.forwarder is not None
+        return self.forwarder.blackout_drop_span(direction)
+
     def wait_flowing(self, timeout: float) -> bool:
         """Wait until UDP has gone through both ways since the last blackout ended; whether it has."""
         assert self.forwarder is not None

@@ -11,6 +11,7 @@ from devtools.netem.calls import (
     RECEIVE_BUFFER_ENV,
     CallerProcess,
     recall,
+    receive_figures,
     start_worker,
     write_clips,
 )
@@ -43,12 +44,14 @@ def connect(caller: CallerProcess, worker) -> None:  # noqa: ANN001
     assert answer["ok"], (answer, "worker exit code", worker.poll())
 
 
-def assert_heard_and_stoppable(caller: CallerProcess) -> None:
+def assert_heard_and_stoppable(caller: CallerProcess, link: ImpairedLink) -> None:
     turn = caller.step("turn")
-    assert turn["ok"] and turn["turn_ms"] is not None, turn
+    # What the worker's receive buffer did with the caller's packets, to explain a failure.
+    figures = receive_figures(link)
+    assert turn["ok"] and turn["turn_ms"] is not None, (turn, figures)
     barge = caller.step("barge_in")
     assert barge["ok"] and barge["stopped"], barge
-    assert recall(QUESTION, turn["heard"]) >= HEARD, turn
+    assert recall(QUESTION, turn["heard"]) >= HEARD, (turn, figures)
 
 
 def test_a_call_on_a_clean_network(call_rig):
@@ -56,7 +59,7 @@ def test_a_call_on_a_clean_network(call_rig):
     link.impair()
     before = link.counts()
     connect(caller, worker)
-    assert_heard_and_stoppable(caller)
+    assert_heard_and_stoppable(caller, link)
     caller.step("hangup")
     after = link.counts()
     for direction, counts in after.items():
@@ -70,7 +73,7 @@ def test_a_call_at_3_percent_loss_with_40_15_ms_jitter(call_rig):
     before = link.counts()
     try:
         connect(caller, worker)
-        assert_heard_and_stoppable(caller)
+        assert_heard_and_stoppable(caller, link)
     finally:
         caller.step("hangup")
         link.impair()
@@ -86,11 +89,12 @@ def test_a_call_survives_3_s_without_packets(call_rig):
     link.impair()
     connect(caller, worker)
     try:
-        dropped = link.counts()["to_worker"].dropped_blackout
         link.blackout(3.0)
         assert link.wait_flowing(30), "no packets both ways after the blackout"
-        assert link.counts()["to_worker"].dropped_blackout > dropped + 100  # 3 s of the caller's audio
-        assert_heard_and_stoppable(caller)
+        # The caller's packets were stopped for the whole 3 s. Not a count of them: a caller on a
+        # loaded machine sends fewer than 50 a second (its clock skips its loop's stalls).
+        assert link.blackout_drop_span("to_worker") > 2.0  # (a loaded caller may stall at either end)
+        assert_heard_and_stoppable(caller, link)
         state = caller.step("state")
         assert state["connection"] == "connected" and state["channel"] == "open", state
     finally:

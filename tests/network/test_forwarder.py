@@ -113,9 +113,11 @@ def test_a_blackout_drops_everything_for_its_length():
         link.blackout(0.5)
         got = send_and_receive(link, None)
         counts = link.counts()[TO_WORKER]
+        span = link.blackout_drop_span(TO_WORKER)
     # Everything sent during the blackout is gone, everything after it arrives.
     assert len(got) >= 100 and got == list(range(got[0], counts.udp_in))
     assert counts.dropped_blackout == got[0] == counts.dropped > 0
+    assert 0 < span < 0.5  # the drops lie inside the blackout
 
 
 def test_nothing_is_left_behind_even_when_the_body_raises():

@@ -198,7 +198,9 @@ async def test_a_caller_silent_for_3_s_is_heard_again_when_packets_return(host_a
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         counts = session.caller_reader.buffer.counts
         received_at_resume = counts.received
-        assert counts.concealed >= 100  # the 3 s were filled as they passed: the timeline ran on
+        # The 3 s were filled as they passed (the first OPEN_HOLE_GRACE_S waited, late timers on a
+        # busy loop wait as long again): the timeline ran on.
+        assert counts.concealed >= 75
         await wait_for(lambda: counts.received >= received_at_resume + 50, 20, "a second of packets after the pause")
         assert counts.timestamp_jumps >= 1  # its RTP clock stood still: a restart, not 3 s of late packets
         assert not session.closed and client.pc.connectionState == "connected"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 
 import numpy as np
 import pytest
@@ -13,7 +14,6 @@ from devtools.rtp_stream import FRAME_S, deliver, opus_packets, play
 from duplex_agent.webrtc.direct.libopus import OpusDecoder, packet_has_fec
 from duplex_agent.webrtc.direct.receive_buffer import (
     FRAME_SAMPLES,
-    LATE_RUN_RESTART,
     MAX_TARGET_DELAY_S,
     OPEN_HOLE_GRACE_S,
 )
@@ -188,20 +188,44 @@ def test_a_sender_that_paused_its_clock_restarts_the_stream_without_a_hole():
     assert playback.outcomes[-(len(stream) - half):] == ["received"] * (len(stream) - half)
 
 
-def test_a_path_that_grows_longer_restarts_the_stream_after_a_few_late_packets():
-    """The path's delay grows by 300 ms at once: the places of the packets on their way are filled
-    as their deadlines pass; the packets that then come late start the stream again."""
+def test_a_path_that_grows_longer_rejoins_the_stream_without_dropping_a_packet():
+    """The path's delay grows by 800 ms at once: the places of the packets on their way are filled
+    as their deadlines pass; the first packet that then comes late rejoins the stream there."""
     stream = deliver(packets(), delay_s=0.01)
     half = len(stream) // 2
     for packet in stream[half:]:
-        packet.arrival += 0.3
+        packet.arrival += 0.8
     buffer, playback = play(stream)
     counts = buffer.counts
     assert counts.timestamp_jumps == 1
-    assert counts.late == LATE_RUN_RESTART - 1
-    assert counts.received == len(stream) - counts.late
-    assert playback.outcomes[-(len(stream) - half - counts.late):] == ["received"] * (len(stream) - half - counts.late)
+    assert counts.late == 0
+    assert counts.received == len(stream)
+    assert playback.outcomes[-(len(stream) - half):] == ["received"] * (len(stream) - half)
     assert counts.samples_out == FRAME_SAMPLES * (counts.received + counts.concealed)  # the wait, concealed: no gap
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_loaded_caller_through_the_netem_link_loses_only_what_the_link_lost(seed):
+    """What a caller on a loaded machine sends through devtools.netem at 3 % loss and 40 ± 15 ms:
+    its sending loop stalls now and then for longer than PlayoutTrack's catch-up (200 ms), and its
+    RTP clock skips the stall; the forwarder then delays each packet on its own (about one in six
+    reordered) and drops 3 %. The stream rejoins after each stall instead of dropping the packets
+    that come after their places were filled: only a few stragglers come too late (the rule of
+    three late packets in a row before a restart dropped over 8 % of them)."""
+    rng = random.Random(seed)
+    stream, skipped = packets(), 0.0
+    for packet in stream:
+        if packet.sent > 0.2 and rng.random() < 0.05:  # about one stall a second
+            skipped += rng.uniform(0.2, 0.5)
+        packet.sent += skipped
+    deliver(stream, delay_s=0.04, jitter_s=0.015, loss=0.03, seed=seed)
+    arrived = sum(packet.arrival is not None for packet in stream)
+    buffer, playback = play(stream, until=stream[-1].sent + 1.0)
+    counts = buffer.counts
+    assert counts.timestamp_jumps >= 1 and counts.reordered > 0
+    assert counts.late <= 0.05 * arrived
+    assert counts.received == arrived - counts.late
+    assert counts.recovered + counts.concealed == counts.lost
 
 
 # ---- bad input: counted, concealed, never an exception, and the stream goes on ----

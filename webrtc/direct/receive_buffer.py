@@ -18,8 +18,11 @@ Each sample of the timeline is accounted for in ``ReceiveCounts``: received,
 recovered (FEC), concealed, and the packets dropped as late, reordered, duplicated,
 not Opus, or from a restart (an SSRC change, a timestamp jump of over
 ``RESYNC_S`` ahead of where the wall clock puts the stream or behind what was
-already handed on, ``LATE_RUN_RESTART`` packets in a row after their places). A
-restart starts a new stream where the timeline stands: what was handed on stays.
+already handed on). A restart starts a new stream where the timeline stands: what
+was handed on stays. A packet newer than any before it that comes after its place
+was filled means the stream as a whole fell behind the clock (a sender that stalled
+and skipped the stall, a path that grew longer): the stream rejoins there, counted
+as a timestamp jump, and nothing is dropped.
 
 No I/O here: the owner feeds packets with their arrival times and calls ``drain``
 at ``next_deadline`` (its loop's clock).
@@ -45,20 +48,22 @@ JITTER_MULTIPLE = 4.0
 #: whose FEC recovers it, is due one frame after it.
 MIN_MARGIN_S = 0.005
 #: A hole with no packet after it yet waits this much longer: the whole stream may be late (a
-#: busy sender or loop), and concealing would insert time into the caller's speech. While
-#: packets stay away the timeline runs this far behind the clock, and catches up when they return.
-OPEN_HOLE_GRACE_S = 0.25
+#: busy sender or loop), and concealing would insert time into the caller's speech: a stall of
+#: the caller's loop (on a loaded machine, half a second and more) that inserts 500 ms of
+#: concealment reads as the end of the caller's turn. While packets stay away the timeline runs
+#: this far behind the clock, and catches up when they return.
+OPEN_HOLE_GRACE_S = 0.5
 #: A packet this far from where the wall clock puts the stream restarts it.
 RESYNC_S = 1.0
-#: The earliest transit and the spread are taken over this many recent packets (5 s), the spread
-#: at this percentile, recomputed every few packets.
+#: The spread is taken over this many recent packets (5 s), at this percentile; the earliest
+#: transit over the last second's, so that it follows a path or a sender that became later (a
+#: sender whose clock skipped a stall is later from then on); both recomputed every few packets.
 _TRANSITS_KEPT = 250
+_EARLIEST_OVER = 50
 SPREAD_PERCENTILE = 98
 _SPREAD_EVERY = 8
 _DELAYS_KEPT = 500  # 10 s of frames for the p95
 _SEQUENCE_JUMP = 100
-#: This many packets in a row after their places: the stream fell behind the clock, and restarts.
-LATE_RUN_RESTART = 3
 _MAX_PENDING = 256  # packets held at once (about 5 s of 20 ms packets)
 _U32 = 1 << 32
 
@@ -107,7 +112,7 @@ class _Transits:
         if self._since >= _SPREAD_EVERY:  # a percentile of a few hundred values, not on every packet
             self._since = 0
             values = np.fromiter(self.recent, np.float64, len(self.recent))
-            self.earliest = float(values.min())
+            self.earliest = float(values[-_EARLIEST_OVER:].min())
             self.spread = float(np.percentile(values, SPREAD_PERCENTILE)) - self.earliest
 
 
@@ -128,7 +133,6 @@ class ReceiveBuffer:
         self._pending: dict[int, _Packet] = {}
         self._transits = _Transits(0.0)
         self._last_transit: float | None = None
-        self._late_run = 0  # packets in a row that came after their places were filled
         self.jitter_s = 0.0  # RFC 3550 interarrival jitter, in seconds
         self.delays_s: deque[float] = deque(maxlen=_DELAYS_KEPT)  # arrival to handoff, per frame from a packet
 
@@ -176,16 +180,15 @@ class ReceiveBuffer:
                 self._start(rtp, arrival)
 
         if rtp < self._cursor:
-            self._late_run += 1
-            if self._late_run < LATE_RUN_RESTART:
+            if rtp <= self._highest:  # overtaken by a later packet, and its place was filled: too late
                 self.counts.late += 1
                 return
-            # Packets keep coming after their places: the stream has fallen behind the clock (a sender
-            # whose clock stopped a while, a longer path): it restarts here, nothing more is dropped.
+            # The newest packet yet, after its place was filled: the stream as a whole fell behind the
+            # clock (a sender whose loop stalled and whose clock skipped the stall, a longer path). The
+            # stream goes on from here where the timeline stands, with its decoder's state: what was
+            # filled is inserted time. Nothing is pending (all of it would be newer than this packet).
             self.counts.timestamp_jumps += 1
-            self._restart()
             self._start(rtp, arrival)
-        self._late_run = 0
         transit = arrival - (rtp - self._base) / SAMPLE_RATE
         if rtp in self._pending:
             self.counts.duplicates += 1
