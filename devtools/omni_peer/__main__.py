@@ -80,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     native_stubs.install()
     if args.check:
-        from devtools.omni_peer import orchestrator_seams  # noqa: F401  (imports vLLM-Omni's engine)
-        from vllm_omni.entrypoints.openai.api_server import router  # noqa: F401
         import silero_vad  # noqa: F401
+        from vllm_omni.entrypoints.openai.api_server import router  # noqa: F401
+
+        from devtools.omni_peer import orchestrator_seams  # noqa: F401  (imports vLLM-Omni's engine)
         print("vLLM-Omni serving path imports")
         return 0
     if args.port is None:

@@ -23,8 +23,8 @@ def silero_vad_model() -> str:
 
 
 def write_deployment(workdir: str, *, max_sessions: int, disconnect_grace_s: float) -> tuple[str, str]:
-    from transformers import Qwen3OmniMoeConfig
     import vllm_omni
+    from transformers import Qwen3OmniMoeConfig
 
     model_dir = os.path.join(workdir, "qwen3-omni-scripted")
     config = Qwen3OmniMoeConfig()

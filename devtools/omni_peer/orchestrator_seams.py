@@ -22,8 +22,8 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-from vllm_omni.engine.duplex_orchestrator import DuplexOrchestrator
 from vllm_omni.engine.duplex_omni_engine import DuplexOmniEngine
+from vllm_omni.engine.duplex_orchestrator import DuplexOrchestrator
 from vllm_omni.engine.orchestrator import OrchestratorBase
 from vllm_omni.engine.stage_runtime import StageRuntimeInfo
 
