@@ -215,7 +215,7 @@ def dispose_ffi(timeout: float = CALLBACK_DRAIN_TIMEOUT_S) -> None:
     client = FfiClient._instance
     if client is None:
         return
-    client._dispose()  # the SDK's own shutdown, idempotent: its atexit hook then has nothing to do
+    client._dispose()  # the SDK's own shutdown (no new callbacks); once only, whichever hook runs first
     deadline = time.monotonic() + timeout
     clean = 0
     # Two looks in a row with none in a callback, the GIL released between them: a callback that
@@ -223,7 +223,7 @@ def dispose_ffi(timeout: float = CALLBACK_DRAIN_TIMEOUT_S) -> None:
     while clean < 2:
         busy = [t for t, f in sys._current_frames().items() if _in_ffi_callback(f)]
         clean = 0 if busy else clean + 1
-        if time.monotonic() > deadline:
+        if busy and time.monotonic() > deadline:
             log.warning("livekit FFI threads still in a callback at exit: %s", busy)
             return
         time.sleep(0.01)
