@@ -11,6 +11,8 @@ import aiohttp
 import pytest
 
 from devtools.livekit_server import LoopbackLiveKitServer
+# At exit, dispose livekit's FFI and wait out its callbacks before the interpreter finalizes.
+from duplex_agent.webrtc.livekit import ffi_router  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_NAME = "duplex-test"

@@ -7,6 +7,8 @@ import pytest_asyncio
 from livekit import rtc
 
 from devtools.livekit_server import LoopbackLiveKitServer
+# At exit, dispose livekit's FFI and wait out its callbacks before the interpreter finalizes.
+from duplex_agent.webrtc.livekit import ffi_router  # noqa: F401
 
 
 @pytest_asyncio.fixture
@@ -23,8 +25,8 @@ async def server() -> AsyncIterator[LoopbackLiveKitServer]:
 async def rooms() -> AsyncIterator[list[rtc.Room]]:
     created: list[rtc.Room] = []
     yield created
-    for r in created:
-        try:
-            await asyncio.wait_for(r.disconnect(), 10)
-        except Exception:
-            pass
+    # Every room leaves, on this loop; one that cannot is a failure, not a room left connected.
+    results = await asyncio.gather(*(asyncio.wait_for(r.disconnect(), 20) for r in created),
+                                   return_exceptions=True)
+    failed = [(r.local_participant.identity, e) for r, e in zip(created, results) if isinstance(e, BaseException)]
+    assert not failed, f"rooms that did not disconnect: {failed}"

@@ -23,12 +23,16 @@ version checked.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import sys
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
 from livekit import rtc
+from livekit.rtc import _ffi_client
 from livekit.rtc._ffi_client import FfiClient
 from livekit.rtc._proto import ffi_pb2 as proto_ffi
 from livekit.rtc._utils import Queue
@@ -41,6 +45,9 @@ _EARLY_KEPT = 256
 _ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
 
 _Target = tuple[asyncio.AbstractEventLoop, Queue[Any]]
+
+#: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
+CALLBACK_DRAIN_TIMEOUT_S = 2.0
 
 
 class FfiRouter:
@@ -182,3 +189,45 @@ class FfiRouter:
 def _resolve(future: asyncio.Future[Any], event: Any) -> None:
     if not future.done():
         future.set_result(event)
+
+
+# ---- at interpreter exit ----
+#
+# livekit 1.1.21 disposes its FFI from an atexit hook and then lets the interpreter finalize.
+# Disposing stops new callbacks, but one already under way on a tokio thread (a batch of the
+# native logs, a room's last events) may still hold or want the GIL. In CPython 3.11 a thread
+# that takes the GIL once finalization has begun is ended with pthread_exit, whose forced unwind
+# through the native runtime's frames aborts the process ("panic in a function that cannot
+# unwind", exit code 134) after everything else went well. So: dispose, then wait until no
+# thread is inside the SDK's callback, while the interpreter is still whole.
+
+
+def _in_ffi_callback(frame: Any) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "ffi_event_callback" and code.co_filename == _ffi_client.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def dispose_ffi(timeout: float = CALLBACK_DRAIN_TIMEOUT_S) -> None:
+    """Dispose livekit's FFI (once) and return when none of its threads is in a callback into Python."""
+    client = FfiClient._instance
+    if client is None:
+        return
+    client._dispose()  # the SDK's own shutdown (no new callbacks); once only, whichever hook runs first
+    deadline = time.monotonic() + timeout
+    clean = 0
+    # Two looks in a row with none in a callback, the GIL released between them: a callback that
+    # had already started (it began before the dispose) gets the GIL and shows up in between.
+    while clean < 2:
+        busy = [t for t, f in sys._current_frames().items() if _in_ffi_callback(f)]
+        clean = 0 if busy else clean + 1
+        if busy and time.monotonic() > deadline:
+            log.warning("livekit FFI threads still in a callback at exit: %s", busy)
+            return
+        time.sleep(0.01)
+
+
+atexit.register(dispose_ffi)
