@@ -15,8 +15,10 @@ from duplex_agent.agent.protocol.events import PlaybackAck, ResponseAudioDelta
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.livekit_agents import DuplexModel
 from duplex_agent.livekit_agents.agent_link import _aec_warmup_left_at_default
+from duplex_agent.livekit_agents.backends import InProcessBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.heard_words import HeardWords
+from duplex_agent.livekit_agents.plugin_options import plugin_settings
 from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
 from duplex_agent.livekit_agents.session import DuplexAgentSession
 
@@ -142,6 +144,21 @@ async def test_in_process_outside_the_thread_executor_fails_clearly():
 def test_unknown_plugin_options_are_a_type_error_naming_them():
     with pytest.raises(TypeError, match="bogus"):
         DuplexModel.in_process("reference", bogus=1)
+    with pytest.raises(TypeError, match="moshi_cfg"):
+        DuplexModel.in_process("moshi", moshi_cfg="tiny")
+
+
+def test_in_process_options_configure_the_plugin_and_the_worker(monkeypatch):
+    monkeypatch.setattr(InProcessBackend, "preload", lambda self: None)  # the settings, not a model load
+    built = {}
+    for plugin, options in (("moshi", {"moshi_config": "tiny", "device": "cpu", "max_sessions": 3}),
+                            ("reference", {"responder": "echo"})):
+        backend = DuplexModel.in_process(plugin, **options)._backend
+        built[plugin] = plugin_settings(backend.plugin, backend.options)
+    moshi, reference = built["moshi"], built["reference"]
+    assert moshi.plugin_path.endswith("MoshiPlugin") and reference.plugin_path.endswith("ReferencePlugin")
+    assert (moshi.plugin_options.moshi_config, moshi.plugin_options.device, moshi.max_sessions) == ("tiny", "cpu", 3)
+    assert reference.plugin_options.responder == "echo"
 
 
 async def test_the_aec_warmup_default_is_noticed_and_none_is_not():
