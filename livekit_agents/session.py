@@ -122,8 +122,6 @@ class DuplexAgentSession(llm.DuplexSession):
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
         linked = self._link.session
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
-        if self._plan.opening_update:
-            self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
         path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
                              turn_detection=self._plan.turn_detection,
                              on_event=self._on_event, on_closed=self._on_conversation_closed,
@@ -133,6 +131,9 @@ class DuplexAgentSession(llm.DuplexSession):
             # on a loaded machine), so the caller's audio is kept until then, and until what was
             # kept is fed in, in order: only then does push_audio feed the path itself
             await path.start()
+            # after the path's own update, which fixes the input format the first update sets
+            if self._plan.opening_update:
+                self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
             if self._instructions:
                 self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
             fed = 0

@@ -225,3 +225,4 @@ async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_
         await caller.leave()
     await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
+
