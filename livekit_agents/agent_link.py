@@ -5,6 +5,15 @@ ours; an app that builds sessions outside a job names it with ``DuplexModel.atta
 Once found: our edge's clear interrupts it, its room output's ``playback_finished``
 positions become our acks, and an interrupted assistant message is cut to the words
 the caller heard, so the model's history and the session's chat context agree.
+
+A limit: livekit-agents 1.8.9 gives a model no way to set that message's text before the
+session records it. The text it records is the message's forwarded text, or the room output's
+``playback_finished.synchronized_transcript`` when the session's transcript synchronizer made
+one (``voice/generation.py``, ``_ForwardOutput.forwarded_text``); the adapter advertises
+``message_truncation=False``, and with it ``truncate`` only tells the model afterwards. So the
+cut is made in place on the message as ``conversation_item_added`` fires: a synchronous
+listener registered before the session started (ahead of ours) sees the generated text, one
+that reads the chat context or the message later sees the heard text.
 """
 
 from __future__ import annotations

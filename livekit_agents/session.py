@@ -122,21 +122,32 @@ class DuplexAgentSession(llm.DuplexSession):
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
         linked = self._link.session
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
-        if self._plan.opening_update:
-            self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
-        self._path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
-                                   turn_detection=self._plan.turn_detection,
-                                   on_event=self._on_event, on_closed=self._on_conversation_closed,
-                                   on_playout_cleared=self._on_playout_cleared)
-        await self._path.start()
-        if self._instructions:
-            self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
-        fed = 0
-        while self._early_input:  # what the caller said while the session opened, a little at a time
-            self._push(self._path, self._early_input.popleft())
-            fed += 1
-            if fed % 5 == 0:
-                await asyncio.sleep(0)
+        path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
+                             turn_detection=self._plan.turn_detection,
+                             on_event=self._on_event, on_closed=self._on_conversation_closed,
+                             on_playout_cleared=self._on_playout_cleared)
+        try:
+            # the path drops what it is given before it has started (its VAD loads first, seconds
+            # on a loaded machine), so the caller's audio is kept until then, and until what was
+            # kept is fed in, in order: only then does push_audio feed the path itself
+            await path.start()
+            # after the path's own update, which fixes the input format the first update sets
+            if self._plan.opening_update:
+                self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
+            if self._instructions:
+                self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
+            fed = 0
+            while self._early_input:  # a little at a time
+                frame = self._early_input.popleft()
+                self._early_input_s -= frame.duration
+                self._push(path, frame)
+                fed += 1
+                if fed % 5 == 0:
+                    await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            await path.close()
+            raise
+        self._path = path
         self._ready.set()
 
     def _fail(self, code: str, message: str, *, recoverable: bool = False) -> None:

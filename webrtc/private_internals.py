@@ -11,6 +11,13 @@ Each package family's private uses live in one module, which names its version h
   ``AudioStream._ffi_queue``, ``Room._ffi_queue``, ``Room._loop``, ``Room._room_queue``,
   ``_ffi_handle`` of streams, sources, rooms and participants, ``AudioFrame._proto_info``;
   also ``agent.app.livekit_worker`` creates the ``FfiClient`` once on the main thread.
+- livekit-agents, ``livekit_agents.agent_link`` and ``livekit_agents.backends``:
+  ``JobContext._primary_agent_session`` (the job's AgentSession, to find ours),
+  ``AgentSession._aec_warmup_duration_explicit`` and ``voice.agent_session._DEFAULT_AEC_WARMUP_DURATION``
+  (to warn when the AEC warm-up is left at its default), and ``threading._register_atexit`` (the
+  in-process engine stops before the executors' shutdown). Each is read through ``getattr`` with a
+  default that is safe when it is gone: no session found (``attach`` still works), no warning,
+  a plain ``atexit`` hook.
 
 Outside the installed package, the loopback SFU under devtools/ keeps its own aiortc
 seams (devtools/livekit_server/aiortc_seams.py), checked against the same aiortc.
@@ -26,4 +33,5 @@ CHECKED_VERSIONS: dict[str, str] = {
     "aiortc": "1.16.0",
     "aioice": "0.13.0",
     "livekit": "1.1.21",
+    "livekit-agents": "1.8.9",
 }

@@ -1,13 +1,16 @@
 """The LiveKit Agents app the tests run as a real worker process: an AgentSession on our DuplexModel.
 
 Configured by the environment: DUPLEX_TEST_URL (a duplex websocket) or DUPLEX_TEST_PLUGIN and
-DUPLEX_TEST_OPTIONS (JSON) for in_process; every history item, error and close goes to the JSON
+DUPLEX_TEST_OPTIONS (JSON) for in_process; DUPLEX_TEST_SESSION (JSON) the model's ``session``;
+DUPLEX_TEST_ATTACH=1 builds the AgentSession outside the job's context (livekit-agents sees no
+job), named to the model with ``attach`` as an app that runs sessions itself does; every history item, error and close goes to the JSON
 lines file DUPLEX_TEST_RECORD, for the test to read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 
@@ -22,10 +25,11 @@ RECORD = os.environ["DUPLEX_TEST_RECORD"]
 
 
 def _model() -> DuplexModel:
+    session = json.loads(os.environ.get("DUPLEX_TEST_SESSION", "{}"))
     if url := os.environ.get("DUPLEX_TEST_URL"):
         # the reference model on a loaded 2-core machine can take seconds per sentence
-        return DuplexModel(url, options=RemoteOptions(stall_timeout_s=20.0))
-    return DuplexModel.in_process(os.environ.get("DUPLEX_TEST_PLUGIN", "reference"),
+        return DuplexModel(url, session=session, options=RemoteOptions(stall_timeout_s=20.0))
+    return DuplexModel.in_process(os.environ.get("DUPLEX_TEST_PLUGIN", "reference"), session=session,
                                   **json.loads(os.environ.get("DUPLEX_TEST_OPTIONS", "{}")))
 
 
@@ -41,8 +45,19 @@ def _record(room: str, kind: str, **data) -> None:
 
 @server.rtc_session(agent_name=AGENT_NAME)
 async def entrypoint(ctx: agents.JobContext) -> None:
+    if os.environ.get("DUPLEX_TEST_ATTACH"):
+        await ctx.connect()  # AgentSession.start connects the job's room only when it sees the job
+        # an empty context: get_job_context() is None in the session and all the tasks it starts
+        await asyncio.create_task(_run_session(ctx, attach=True), context=contextvars.Context())
+    else:
+        await _run_session(ctx, attach=False)
+
+
+async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     room = ctx.room.name
     session = AgentSession(llm=MODEL, aec_warmup_duration=None)
+    if attach:
+        MODEL.attach(session)
     loop = asyncio.get_running_loop()
 
     def item_added(ev) -> None:

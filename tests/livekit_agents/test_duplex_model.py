@@ -118,6 +118,15 @@ async def test_in_process_reference_model(livekit_server, start_app):
 
 
 @pytest.mark.slow
+async def test_an_attached_session_built_outside_a_job_is_interrupted_by_barge_in(livekit_server, start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="reference", DUPLEX_TEST_ATTACH="1")
+    await _exchange_and_barge_in(livekit_server, worker, "room-attached")
+    assert not worker.records("error"), worker.records("error")
+    # no job context to find it through: attach named it
+    assert "linked to its AgentSession" in worker.log()
+
+
+@pytest.mark.slow
 async def test_unreachable_backend_gives_an_error_with_its_code_and_the_job_ends(livekit_server, start_app):
     worker = await start_app(DUPLEX_TEST_URL="ws://127.0.0.1:9/v1/realtime?duplex=1")
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-down"))
@@ -216,3 +225,4 @@ async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_
         await caller.leave()
     await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
+

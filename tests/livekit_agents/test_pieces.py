@@ -6,19 +6,22 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
+import numpy as np
 import pytest
 from livekit import rtc
 from livekit.agents import AgentSession, llm
 from livekit.agents.job import JobExecutorType, _JobContextVar
 
-from duplex_agent.agent.protocol.events import PlaybackAck, ResponseAudioDelta
+from duplex_agent.agent.protocol.events import InputAudioBufferAppend, PlaybackAck, ResponseAudioDelta
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.livekit_agents import DuplexModel
 from duplex_agent.livekit_agents.agent_link import _aec_warmup_left_at_default
+from duplex_agent.livekit_agents.backends import InProcessBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.heard_words import HeardWords
+from duplex_agent.livekit_agents.plugin_options import plugin_settings
 from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
-from duplex_agent.livekit_agents.session import DuplexAgentSession
+from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
 
 MARKS = [{"text": "You said:", "start_ms": 0.0, "end_ms": 800.0},
          {"text": "Please book a table tonight.", "start_ms": 800.0, "end_ms": 2800.0}]
@@ -142,6 +145,21 @@ async def test_in_process_outside_the_thread_executor_fails_clearly():
 def test_unknown_plugin_options_are_a_type_error_naming_them():
     with pytest.raises(TypeError, match="bogus"):
         DuplexModel.in_process("reference", bogus=1)
+    with pytest.raises(TypeError, match="moshi_cfg"):
+        DuplexModel.in_process("moshi", moshi_cfg="tiny")
+
+
+def test_in_process_options_configure_the_plugin_and_the_worker(monkeypatch):
+    monkeypatch.setattr(InProcessBackend, "preload", lambda self: None)  # the settings, not a model load
+    built = {}
+    for plugin, options in (("moshi", {"moshi_config": "tiny", "device": "cpu", "max_sessions": 3}),
+                            ("reference", {"responder": "echo"})):
+        backend = DuplexModel.in_process(plugin, **options)._backend
+        built[plugin] = plugin_settings(backend.plugin, backend.options)
+    moshi, reference = built["moshi"], built["reference"]
+    assert moshi.plugin_path.endswith("MoshiPlugin") and reference.plugin_path.endswith("ReferencePlugin")
+    assert (moshi.plugin_options.moshi_config, moshi.plugin_options.device, moshi.max_sessions) == ("tiny", "cpu", 3)
+    assert reference.plugin_options.responder == "echo"
 
 
 async def test_the_aec_warmup_default_is_noticed_and_none_is_not():
@@ -174,4 +192,39 @@ async def test_an_unreachable_backend_is_an_error_event_with_its_code():
     await asyncio.wait_for(session._ready.wait(), 20)
     assert errors and errors[0].error.code == "backend_unavailable" and not errors[0].recoverable
     assert [f async for f in session.audio_stream] == []  # the stream ends: nothing to play
+    await session.aclose()
+
+
+async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_in_order():
+    # the in-process reference model: its load, then the call path's VAD load, come before the path runs
+    sent_ms: list[float] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.backend = InProcessBackend("reference", {})
+
+        async def open(self):
+            conversation = await self.backend.open()
+            send = conversation.send
+
+            def recording_send(event) -> None:
+                if isinstance(event, InputAudioBufferAppend):
+                    sent_ms.append(1000.0 * len(event.audio) / event.sample_rate_hz)
+                send(event)
+
+            conversation.send = recording_send
+            return conversation
+
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    session = DuplexAgentSession(model, SessionPlan(Recording()), gate=ResponseGate())
+    await session._update_session(instructions="hi")
+    pushed_ms = 0.0
+    ramp = np.arange(960, dtype=np.int16)
+    while not session._ready.is_set():  # the caller talks on, at their pace, until the path runs
+        session.push_audio(rtc.AudioFrame(ramp.tobytes(), 48000, 1, 960))
+        pushed_ms += 20.0
+        await asyncio.sleep(0.02)
+    assert session._path is not None and pushed_ms >= 20.0
+    # all of it reached the model, less the few samples the resampler holds: not one 20 ms frame lost
+    assert pushed_ms - 20.0 < sum(sent_ms) <= pushed_ms, (sum(sent_ms), pushed_ms)
     await session.aclose()
