@@ -340,8 +340,8 @@ async def direct_path(trials: int, seed: int = 7) -> DirectResult:
     backend = LocalBackend(plugin, plugin.build_local_engine(), vad_model=vad)
     conversation = TimedConversation(await backend.open())
     playout = TimedPlayout()
-    path = CallAudioPath(conversation, vad_model=vad, playout=playout)  # same queue, timed
-    path.figures = LatencyFigures(keep=1_000_000)  # keep every figure, not the page's last 50
+    path = CallAudioPath(conversation, vad_model=vad, playout=playout,  # same queue, timed
+                         figures=LatencyFigures(keep=1_000_000))  # every figure, not the page's last 50
     await path.start()
 
     paced = PacedLoop(path, conversation, playout)

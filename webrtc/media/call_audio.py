@@ -10,7 +10,8 @@ pause the playout at the first window over the threshold, then, once the speech 
 if it does not hold, resume where it paused (barge_in.py says which).
 Agent side: audio deltas go to the call's ``AgentAudioOutput`` (agent_output.py: resample,
 jitter hold, playout), whose end of each response becomes its ``PlaybackAck``; other
-events pass on.
+events pass on. The timings the caller hears (barge-in, turn, false pause) are kept by
+call_figures.py from the frames that go out.
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ import numpy as np
 
 from duplex_agent.agent.metrics import (
     BARGE_IN_FALSE_PAUSES,
-    BARGE_IN_LATENCY_MS,
     BARGE_IN_PAUSES,
     BARGE_IN_PAUSES_WITHHELD,
     BARGE_INS_CONFIRMED,
-    FALSE_PAUSE_MS,
     FIGURE_DEFINITIONS,
-    TURN_LATENCY_MS,
 )
 from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadSettingsError
 from duplex_agent.agent.protocol.audio import StreamingResampler
@@ -53,9 +51,10 @@ from duplex_agent.agent.protocol.events import (
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
+from duplex_agent.webrtc.media.call_figures import CallTimings
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import ChunkStarted, PlaybackPaused, PlaybackResumed, PlayoutQueue
+from duplex_agent.webrtc.media.playout import ChunkStarted, PlayoutQueue
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -111,6 +110,7 @@ class CallAudioPath:
         on_playout_cleared: Callable[[], None] | None = None,
         on_cut_short: Callable[[str, str], None] | None = None,
         playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
+        figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -140,7 +140,8 @@ class CallAudioPath:
             jitter_ms=min(self._caps.unit_ms, MAX_JITTER_MS) if continuous else 0.0,
             playout=playout,
         )
-        self.figures = LatencyFigures()
+        self.figures = figures if figures is not None else LatencyFigures()
+        self._timings = CallTimings(self.figures)
         self._events_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -152,10 +153,6 @@ class CallAudioPath:
         self._input_received_ms = 0.0  # caller audio pushed so far
         self._input_sent_ms = 0.0  # model-rate audio appended so far
 
-        # measurements in flight (perf_counter seconds)
-        self._barge_in_onset_at: float | None = None  # a barge-in's onset, until its first silent frame
-        self._paused_at: float | None = None  # when the pause's fade-out went out
-        self._speech_end_at: float | None = None  # when the end of the caller's speech arrived
         self.barge_ins = 0
         self.pauses = 0
         self.false_pauses = 0
@@ -263,7 +260,7 @@ class CallAudioPath:
             if self.output.pause():
                 self.pauses += 1
                 BARGE_IN_PAUSES.inc()
-                self._paused_at = None
+                self._timings.pause_asked()
             else:
                 self.gate.release()
         elif verdict is Verdict.RESUME:
@@ -272,14 +269,14 @@ class CallAudioPath:
             self.pauses_withheld += 1
             BARGE_IN_PAUSES_WITHHELD.inc()
         elif verdict is Verdict.CONFIRM:
-            paused_at, self._paused_at = self._paused_at, None
+            paused_at = self._timings.take_pause_heard_at()
             if self._barges_in() and (self.playout.playing or self.playout.paused):
                 self._barge_in(self.gate.onset_at or window_at, silent_at=paused_at)
 
     def _resume(self) -> None:
         """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
         self.gate.release()
-        self._paused_at = None
+        self._timings.pause_asked()
         if self.output.resume():
             self.false_pauses += 1
             BARGE_IN_FALSE_PAUSES.inc()
@@ -289,10 +286,7 @@ class CallAudioPath:
         tell the model what the caller heard."""
         current = self.playout.current_response_id
         responses = self.output.interrupt()
-        if silent_at is not None:
-            self._record_barge_in(1000.0 * (silent_at - onset_at))
-        else:
-            self._barge_in_onset_at = onset_at
+        self._timings.barge_in(onset_at, silent_at=silent_at)
         self.barge_ins += 1
         BARGE_INS_CONFIRMED.inc()
         if current is not None:
@@ -337,7 +331,7 @@ class CallAudioPath:
             self._set_state("listening")
         elif isinstance(event, SpeechStopped):
             # audio_end_ms is on the input timeline the onset detector keeps (ms of caller audio).
-            self._speech_end_at = self._onset.arrivals.arrival_of(event.audio_end_ms) if self._onset else None
+            self._timings.speech_ended(self._onset.arrivals.arrival_of(event.audio_end_ms) if self._onset else None)
             if not self.playout.playing:
                 self._set_state("thinking")
         elif isinstance(event, SpeechStarted):
@@ -365,38 +359,14 @@ class CallAudioPath:
     def next_frame(self) -> np.ndarray:
         """The next 20 ms for the caller (int16, 960 samples at 48 kHz)."""
         frame, progress_made = self.output.next_frame()
-        now = time.perf_counter()
-        if self._barge_in_onset_at is not None:
-            self._record_barge_in(1000.0 * (now - self._barge_in_onset_at))
-            self._barge_in_onset_at = None
+        self._timings.frame_out(progress_made, time.perf_counter())
         for progress in progress_made:
-            if isinstance(progress, PlaybackPaused):
-                self._paused_at = now
-                continue
-            if isinstance(progress, PlaybackResumed):
-                self.figures.record("false_pause_ms", progress.silent_ms)
-                FALSE_PAUSE_MS.observe(progress.silent_ms)
-                continue
-            if isinstance(progress, ChunkStarted) and progress.first_of_response:
-                if progress.tag is not None:
-                    self.figures.record("output_added_ms", 1000.0 * (now - progress.tag))
-                if self._speech_end_at is not None:
-                    ms = 1000.0 * (now - self._speech_end_at)
-                    self._speech_end_at = None
-                    self.figures.record("turn_ms", ms)
-                    TURN_LATENCY_MS.observe(ms)
-                    logger.debug("turn_ms: reply heard %.1f ms after the end of the caller's speech", ms)
             if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
                 self._set_state("speaking")
         # Listening once the reply has played out, not in a gap while more of it is still coming.
         if self.state == "speaking" and not self.playout.playing and not self.output.receiving:
             self._set_state("listening")
         return frame
-
-    def _record_barge_in(self, ms: float) -> None:
-        self.figures.record("barge_in_ms", ms)
-        BARGE_IN_LATENCY_MS.observe(ms)
-        logger.info("barge-in: silent %.1f ms after the caller's speech onset (barge_in_ms)", ms)
 
     def _set_state(self, state: str) -> None:
         if state == self.state:
