@@ -49,7 +49,8 @@ from duplex_agent.agent.protocol.events import ClientEvent, InputAudioBufferAppe
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
-from duplex_agent.webrtc.media.call_audio import RESAMPLE_QUALITY, CallAudioPath
+from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE, PlayoutQueue
 
@@ -338,10 +339,9 @@ async def direct_path(trials: int, seed: int = 7) -> DirectResult:
     plugin = ScriptedPlugin(as_float32_audio, Script(reply=long_reply(300), word_ms=100, word_delay_s=0.08))
     backend = LocalBackend(plugin, plugin.build_local_engine(), vad_model=vad)
     conversation = TimedConversation(await backend.open())
-    path = CallAudioPath(conversation, vad_model=vad)
     playout = TimedPlayout()
-    path.playout = playout  # same queue, timed
-    path.figures = LatencyFigures(keep=1_000_000)  # keep every figure, not the page's last 50
+    path = CallAudioPath(conversation, vad_model=vad, playout=playout,  # same queue, timed
+                         figures=LatencyFigures(keep=1_000_000))  # every figure, not the page's last 50
     await path.start()
 
     paced = PacedLoop(path, conversation, playout)

@@ -8,8 +8,10 @@ window at the edge, and on caller sound over agent audio (overlap policy "barge_
 pause the playout at the first window over the threshold, then, once the speech holds
 (the minimum speech), clear it, cancel the response and acknowledge what was heard, or,
 if it does not hold, resume where it paused (barge_in.py says which).
-Agent side: decode audio deltas, resample to 48 kHz, queue for playout; ack a
-response's played duration when it has gone out; pass other events on.
+Agent side: audio deltas go to the call's ``AgentAudioOutput`` (agent_output.py: resample,
+jitter hold, playout), whose end of each response becomes its ``PlaybackAck``; other
+events pass on. The timings the caller hears (barge-in, turn, false pause) are kept by
+call_figures.py from the frames that go out.
 """
 
 from __future__ import annotations
@@ -24,14 +26,10 @@ import numpy as np
 
 from duplex_agent.agent.metrics import (
     BARGE_IN_FALSE_PAUSES,
-    BARGE_IN_LATENCY_MS,
     BARGE_IN_PAUSES,
     BARGE_IN_PAUSES_WITHHELD,
     BARGE_INS_CONFIRMED,
-    FALSE_PAUSE_MS,
     FIGURE_DEFINITIONS,
-    PLAYOUT_UNDERRUNS,
-    TURN_LATENCY_MS,
 )
 from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadSettingsError
 from duplex_agent.agent.protocol.audio import StreamingResampler
@@ -50,27 +48,17 @@ from duplex_agent.agent.protocol.events import (
     SpeechStarted,
     SpeechStopped,
 )
-from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
+from duplex_agent.webrtc.media.call_figures import CallTimings
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import (
-    SAMPLE_RATE,
-    ChunkStarted,
-    PlaybackFinished,
-    PlaybackPaused,
-    PlaybackResumed,
-    PlayoutQueue,
-)
+from duplex_agent.webrtc.media.playout import ChunkStarted, PlayoutQueue
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
 OVERLAP_POLICIES = ("barge_in", "listen")
-#: soxr quality for both directions. soxr releases output in blocks: "LQ" holds back
-#: 0-20 ms (11 ms on average) of 20 ms chunks between 16 and 48 kHz, ~1 ms from 22.05
-#: kHz; "HQ" holds back 20-33 ms. LQ keeps an anti-aliasing filter, which ASR wants.
-RESAMPLE_QUALITY = "LQ"
 #: The most a continuous model's response is held back before its playout starts (a jitter buffer).
 MAX_JITTER_MS = 100.0
 #: session.update fields a page may set over the data channel, with their types.
@@ -121,6 +109,8 @@ class CallAudioPath:
         on_closed: Callable[[], None] | None = None,
         on_playout_cleared: Callable[[], None] | None = None,
         on_cut_short: Callable[[str, str], None] | None = None,
+        playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
+        figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -136,13 +126,22 @@ class CallAudioPath:
         self._on_event = on_event
         self._on_state = on_state
         self._on_closed = on_closed
-        # A transport with its own output queue (LiveKit's AudioSource) empties it here.
-        self._on_playout_cleared = on_playout_cleared
         # (response id, the words the caller heard) for a reply cut short, once its ack is out.
         self._on_cut_short = on_cut_short
 
-        self.playout = PlayoutQueue()
-        self.figures = LatencyFigures()
+        # A frame-synchronous model (continuous input, 40 ms or longer units) sends one unit per
+        # tick of its own clock; playout starts a response one unit late (at most MAX_JITTER_MS,
+        # so a 1 s unit does not hold a reply back for a second), so that the jitter of that clock
+        # against the caller's 20 ms pacing does not run the queue dry.
+        continuous = self._caps.input_mode == "continuous" and self._caps.unit_ms >= 40.0
+        self.output = AgentAudioOutput(
+            on_playback_finished=self._playback_ended,
+            on_cleared=on_playout_cleared,
+            jitter_ms=min(self._caps.unit_ms, MAX_JITTER_MS) if continuous else 0.0,
+            playout=playout,
+        )
+        self.figures = figures if figures is not None else LatencyFigures()
+        self._timings = CallTimings(self.figures)
         self._events_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -154,32 +153,16 @@ class CallAudioPath:
         self._input_received_ms = 0.0  # caller audio pushed so far
         self._input_sent_ms = 0.0  # model-rate audio appended so far
 
-        # model -> caller
-        self._output_resamplers: dict[str, StreamingResampler] = {}
-        self._first_delta_at: dict[str, float] = {}  # response -> when its first delta arrived
-        self._dropped_responses: set[str] = set()  # cleared or cancelled: late deltas are dropped
-        self._acked: set[str] = set()
-        self._marks: dict[str, list[TextMark]] = {}  # response -> which words span which audio
-        # A frame-synchronous model (continuous input, 40 ms or longer units) sends one unit per
-        # tick of its own clock; playout starts a response one unit late (at most MAX_JITTER_MS,
-        # so a 1 s unit does not hold a reply back for a second), so that the jitter of that clock
-        # against the caller's 20 ms pacing does not run the queue dry.
-        continuous = self._caps.input_mode == "continuous" and self._caps.unit_ms >= 40.0
-        self._jitter_ms = min(self._caps.unit_ms, MAX_JITTER_MS) if continuous else 0.0
-        self._held: dict[str, list[np.ndarray]] = {}  # response -> audio held back before its playout starts
-        self._held_ms: dict[str, float] = {}
-        self._released: set[str] = set()  # responses whose playout has started
-        self._underruns_seen = 0
-
-        # measurements in flight (perf_counter seconds)
-        self._barge_in_onset_at: float | None = None  # a barge-in's onset, until its first silent frame
-        self._paused_at: float | None = None  # when the pause's fade-out went out
-        self._speech_end_at: float | None = None  # when the end of the caller's speech arrived
         self.barge_ins = 0
         self.pauses = 0
         self.false_pauses = 0
         self.pauses_withheld = 0
         self.state = "listening"
+
+    @property
+    def playout(self) -> PlayoutQueue:
+        """The output's playout queue, for transports that read its state."""
+        return self.output.playout
 
     # ---- lifecycle ----
 
@@ -211,7 +194,7 @@ class CallAudioPath:
             except asyncio.CancelledError:
                 pass
             self._events_task = None
-        self.playout.clear()
+        self.output.playout.clear()
 
     def update_session(self, settings: Any) -> None:
         """Apply the page's session settings (a session.update subset); ProtocolError when bad."""
@@ -274,10 +257,10 @@ class CallAudioPath:
         verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
                                  reply=self.playout.current_response_id)
         if verdict is Verdict.PAUSE:
-            if self.playout.pause():
+            if self.output.pause():
                 self.pauses += 1
                 BARGE_IN_PAUSES.inc()
-                self._paused_at = None
+                self._timings.pause_asked()
             else:
                 self.gate.release()
         elif verdict is Verdict.RESUME:
@@ -286,15 +269,15 @@ class CallAudioPath:
             self.pauses_withheld += 1
             BARGE_IN_PAUSES_WITHHELD.inc()
         elif verdict is Verdict.CONFIRM:
-            paused_at, self._paused_at = self._paused_at, None
+            paused_at = self._timings.take_pause_heard_at()
             if self._barges_in() and (self.playout.playing or self.playout.paused):
                 self._barge_in(self.gate.onset_at or window_at, silent_at=paused_at)
 
     def _resume(self) -> None:
         """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
         self.gate.release()
-        self._paused_at = None
-        if self.playout.resume():
+        self._timings.pause_asked()
+        if self.output.resume():
             self.false_pauses += 1
             BARGE_IN_FALSE_PAUSES.inc()
 
@@ -302,25 +285,14 @@ class CallAudioPath:
         """Silence now (already, when a pause went out at ``silent_at``), then cancel, then
         tell the model what the caller heard."""
         current = self.playout.current_response_id
-        cleared = self.playout.clear()
-        self._playout_cleared()
-        if silent_at is not None:
-            self._record_barge_in(1000.0 * (silent_at - onset_at))
-        else:
-            self._barge_in_onset_at = onset_at
+        responses = self.output.interrupt()
+        self._timings.barge_in(onset_at, silent_at=silent_at)
         self.barge_ins += 1
         BARGE_INS_CONFIRMED.inc()
-        responses = cleared.response_ids
-        if current is not None and current not in responses:
-            responses.insert(0, current)
-        self._dropped_responses.update(responses)
-        for response_id in responses:
-            self._output_resamplers.pop(response_id, None)
-            self._first_delta_at.pop(response_id, None)
         if current is not None:
             self._conversation.send(ResponseCancel(response_id=current, reason="barge_in"))
         for response_id in responses:
-            self._ack(response_id)
+            self.output.acknowledge(response_id)
         self._set_state("listening")
 
     # ---- model -> caller ----
@@ -339,31 +311,27 @@ class CallAudioPath:
 
     def _handle_event(self, event: ServerEvent) -> None:
         if isinstance(event, ResponseAudioDelta):
-            self._queue_audio(event)
+            self.output.capture_frame(event)
             return
         if isinstance(event, ResponseAudioDone):
-            self._finish_response(event.response_id)
+            self.output.flush(event.response_id)
         elif isinstance(event, ResponseDone):
             if event.status == "cancelled":
                 self._drop_response(event.response_id)
             else:
-                self._finish_response(event.response_id)
+                self.output.flush(event.response_id)
             if self.state == "thinking" and not self.playout.playing:
                 self._set_state("listening")
         elif isinstance(event, OutputAudioBufferCleared):
             if event.response_id is None:
-                for response_id in self.playout.clear().response_ids + list(self._held_ms):
-                    self._release_held(response_id)
-                    self._dropped_responses.add(response_id)
-                    self._ack(response_id)
+                self.output.clear_buffer()
                 self.gate.release()
-                self._playout_cleared()
             else:
                 self._drop_response(event.response_id)
             self._set_state("listening")
         elif isinstance(event, SpeechStopped):
             # audio_end_ms is on the input timeline the onset detector keeps (ms of caller audio).
-            self._speech_end_at = self._onset.arrivals.arrival_of(event.audio_end_ms) if self._onset else None
+            self._timings.speech_ended(self._onset.arrivals.arrival_of(event.audio_end_ms) if self._onset else None)
             if not self.playout.playing:
                 self._set_state("thinking")
         elif isinstance(event, SpeechStarted):
@@ -375,110 +343,30 @@ class CallAudioPath:
         if self._on_event is not None:
             self._on_event(event)
 
-    def _queue_audio(self, event: ResponseAudioDelta) -> None:
-        received_at = time.perf_counter()
-        rid = event.response_id
-        if rid in self._dropped_responses:
-            return
-        samples = event.audio
-        resampler = self._output_resamplers.get(rid)
-        if resampler is None or resampler.in_rate != event.sample_rate:
-            resampler = self._output_resamplers[rid] = StreamingResampler(event.sample_rate, SAMPLE_RATE, quality=RESAMPLE_QUALITY)
-        first_at = self._first_delta_at.setdefault(rid, received_at)
-        self._marks.setdefault(rid, []).extend(
-            TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"])) for m in event.marks)
-        audio = resampler.process(samples)
-        if self._jitter_ms and rid not in self._released:
-            self._held.setdefault(rid, []).append(audio)
-            self._held_ms[rid] = self._held_ms.get(rid, 0.0) + event.audio_ms
-            if self._held_ms[rid] <= self._jitter_ms:
-                return
-            audio = self._release_held(rid)
-            self._released.add(rid)
-        self.playout.capture(audio, rid, tag=first_at)
-
-    def _release_held(self, response_id: str) -> np.ndarray:
-        self._held_ms.pop(response_id, None)
-        return np.concatenate(self._held.pop(response_id, [np.zeros(0, np.float32)]))
-
-    def _finish_response(self, response_id: str) -> None:
-        first_at = self._first_delta_at.pop(response_id, None)
-        self._released.discard(response_id)
-        if response_id in self._held_ms and response_id not in self._dropped_responses:
-            self.playout.capture(self._release_held(response_id), response_id, tag=first_at)
-        resampler = self._output_resamplers.pop(response_id, None)
-        if resampler is not None and response_id not in self._dropped_responses:
-            self.playout.capture(resampler.flush(), response_id)
-        self.playout.flush(response_id)
-
     def _drop_response(self, response_id: str) -> None:
-        self._first_delta_at.pop(response_id, None)
-        self._release_held(response_id)
-        self._released.discard(response_id)
-        self._output_resamplers.pop(response_id, None)
-        self._dropped_responses.add(response_id)
-        if self.playout.drop_response(response_id):
-            self._playout_cleared()
+        self.output.drop(response_id)
         if not self.playout.paused:
             self.gate.release()
-        self._ack(response_id)
 
-    def _playout_cleared(self) -> None:
-        if self._on_playout_cleared is not None:
-            self._on_playout_cleared()
-
-    def _ack(self, response_id: str) -> None:
-        if response_id in self._acked:
-            return
-        self._acked.add(response_id)
-        played_ms = self.playout.played_ms(response_id)
-        self._conversation.send(PlaybackAck(response_id=response_id, played_ms=played_ms))
-        marks = self._marks.pop(response_id, [])
-        if response_id in self._dropped_responses and marks and self._on_cut_short is not None:
-            self._on_cut_short(response_id, text_heard_by(marks, played_ms))
+    def _playback_ended(self, ended: PlaybackEnded) -> None:
+        """The output is done with a response: tell the model what the caller heard."""
+        self._conversation.send(PlaybackAck(response_id=ended.response_id, played_ms=ended.playback_position_ms))
+        if ended.heard_text is not None and self._on_cut_short is not None:
+            self._on_cut_short(ended.response_id, ended.heard_text)
 
     # ---- pacing side ----
 
     def next_frame(self) -> np.ndarray:
         """The next 20 ms for the caller (int16, 960 samples at 48 kHz)."""
-        frame = self.playout.next_frame()
-        now = time.perf_counter()
-        if self._barge_in_onset_at is not None:
-            self._record_barge_in(1000.0 * (now - self._barge_in_onset_at))
-            self._barge_in_onset_at = None
-        for progress in self.playout.take_progress():
-            if isinstance(progress, PlaybackPaused):
-                self._paused_at = now
-                continue
-            if isinstance(progress, PlaybackResumed):
-                self.figures.record("false_pause_ms", progress.silent_ms)
-                FALSE_PAUSE_MS.observe(progress.silent_ms)
-                continue
-            if isinstance(progress, ChunkStarted) and progress.first_of_response:
-                if progress.tag is not None:
-                    self.figures.record("output_added_ms", 1000.0 * (now - progress.tag))
-                if self._speech_end_at is not None:
-                    ms = 1000.0 * (now - self._speech_end_at)
-                    self._speech_end_at = None
-                    self.figures.record("turn_ms", ms)
-                    TURN_LATENCY_MS.observe(ms)
-                    logger.debug("turn_ms: reply heard %.1f ms after the end of the caller's speech", ms)
+        frame, progress_made = self.output.next_frame()
+        self._timings.frame_out(progress_made, time.perf_counter())
+        for progress in progress_made:
             if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
                 self._set_state("speaking")
-            elif isinstance(progress, PlaybackFinished):
-                self._ack(progress.response_id)
         # Listening once the reply has played out, not in a gap while more of it is still coming.
-        if self.state == "speaking" and not self.playout.playing and not self._output_resamplers:
+        if self.state == "speaking" and not self.playout.playing and not self.output.receiving:
             self._set_state("listening")
-        if self.playout.underruns > self._underruns_seen:
-            PLAYOUT_UNDERRUNS.inc(self.playout.underruns - self._underruns_seen)
-            self._underruns_seen = self.playout.underruns
         return frame
-
-    def _record_barge_in(self, ms: float) -> None:
-        self.figures.record("barge_in_ms", ms)
-        BARGE_IN_LATENCY_MS.observe(ms)
-        logger.info("barge-in: silent %.1f ms after the caller's speech onset (barge_in_ms)", ms)
 
     def _set_state(self, state: str) -> None:
         if state == self.state:

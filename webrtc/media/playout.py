@@ -1,8 +1,8 @@
 """The agent's outgoing audio: a queue of 48 kHz samples read out in 20 ms frames.
 
-The queue is the call path's audio sink, named after livekit-agents' ``AudioOutput``:
-``capture`` a response's audio, ``flush`` when it has no more, ``clear`` to stop at
-once, ``PlaybackFinished`` (position played, interrupted or not) when it is over, and
+The queue is the last stage of the call's audio output (agent_output.py): ``capture`` a
+response's 48 kHz audio, ``flush`` when it has no more, ``clear`` to stop at once,
+``PlaybackFinished`` (position played, interrupted or not) when it is over, and
 ``wait_for_playout`` to await that. The transports read it out with ``next_frame``.
 
 ``pause`` holds the queue where it is (a short fade-out, then silence, nothing consumed);
