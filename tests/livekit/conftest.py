@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from devtools.livekit_server import LoopbackLiveKitServer
+
 # At exit, dispose livekit's FFI and wait out its callbacks before the interpreter finalizes.
 from duplex_agent.webrtc.livekit import ffi_router  # noqa: F401
 

@@ -7,6 +7,7 @@ import pytest_asyncio
 from livekit import rtc
 
 from devtools.livekit_server import LoopbackLiveKitServer
+
 # At exit, dispose livekit's FFI and wait out its callbacks before the interpreter finalizes.
 from duplex_agent.webrtc.livekit import ffi_router  # noqa: F401
 
