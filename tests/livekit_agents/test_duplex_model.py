@@ -9,11 +9,15 @@ import asyncio
 import numpy as np
 import pytest
 
+from devtools.netem.calls import recall
 from devtools.speech import speak, transcribe, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
 from tests.webrtc.client_peer import wait_for
 
+QUESTION = "Please book a table for two people tonight."
+#: 4 of its 5 content words: the bar for "the model heard the question" (as tests/network sets one).
+HEARD = 0.75
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family and our two dogs.")
 
@@ -49,16 +53,20 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
 
     # A spoken exchange: the reference model says back what it heard, and the caller hears it.
-    reply = await caller.say_and_listen("Please book a table for two people tonight.", timeout=90)
+    reply = await caller.say_and_listen(QUESTION, timeout=90)
     assert {"said", "table"} <= set(words(reply.heard)), (reply, worker.records())
     first = _assistant(worker, room)
     assert len(first) == 1 and not first[0]["interrupted"], first  # one response, one message
-    assert words(first[0]["text"]) == words("You said: Please book a table for two people tonight."), first
+    # the reference model says back its own Whisper tiny's words: on identical audio that is not
+    # always every word ("Book a table..." for "Please book a table..."), so its content words
+    text = first[0]["text"]
+    assert words(text)[:2] == ["you", "said"] and recall(QUESTION, text) >= HEARD, first
 
     # Barge-in mid-reply: once the long reply has played for a second, the caller talks over it.
+    # counted from before the question: the reply may start within the question's trailing silence
+    asked = len(caller.received)
     caller.mic.say(question)
     await wait_for(lambda: not caller.mic.busy, 60, "the long question to be said")
-    asked = len(caller.received)
     await wait_for(lambda: caller.listening_after_speaking(asked) is None
                    and any(state == "speaking" for state, at in caller.state_log if at >= asked), 120,
                    "the long reply to play")
