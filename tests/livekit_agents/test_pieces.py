@@ -227,4 +227,6 @@ async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_
     assert session._path is not None and pushed_ms >= 20.0
     # all of it reached the model, less the few samples the resampler holds: not one 20 ms frame lost
     assert pushed_ms - 20.0 < sum(sent_ms) <= pushed_ms, (sum(sent_ms), pushed_ms)
+    # what an app reads to know the caller's audio is coming in: all of it, kept or fed
+    assert session.caller_audio_s == pytest.approx(pushed_ms / 1000.0)
     await session.aclose()
