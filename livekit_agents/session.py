@@ -93,6 +93,8 @@ class DuplexAgentSession(llm.DuplexSession):
         self.cut_replies: list[str] = []
         self._early_input: deque[rtc.AudioFrame] = deque()
         self._early_input_s = 0.0
+        #: Seconds of caller audio AgentSession has pushed so far (0 until the room's track is read).
+        self.caller_audio_s = 0.0
         self._resumes = 0
         self._closed_by_us = False
         self._open_task = asyncio.create_task(self._open(), name="duplex-session-open")
@@ -117,8 +119,7 @@ class DuplexAgentSession(llm.DuplexSession):
             self._ready.set()
             return
         self._report_connection_acquired(time.perf_counter() - started)
-        log.info("duplex session %s open (%.0f ms, %.1f s of caller audio waiting)", conversation.session_id,
-                 1000.0 * (time.perf_counter() - started), self._early_input_s)
+        log.info("duplex session %s open (%.0f ms)", conversation.session_id, 1000.0 * (time.perf_counter() - started))
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
         linked = self._link.session
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
@@ -136,6 +137,8 @@ class DuplexAgentSession(llm.DuplexSession):
                 self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
             if self._instructions:
                 self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
+            log.info("call audio path started: %.2f s of caller audio kept meanwhile, fed in order",
+                     self._early_input_s)
             fed = 0
             while self._early_input:  # a little at a time
                 frame = self._early_input.popleft()
@@ -171,6 +174,7 @@ class DuplexAgentSession(llm.DuplexSession):
         return self._conversation.inner if self._conversation is not None else None
 
     def push_audio(self, frame: rtc.AudioFrame) -> None:
+        self.caller_audio_s += frame.duration
         if self._path is not None:
             self._push(self._path, frame)
         elif not self._ready.is_set():

@@ -76,9 +76,19 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
                                            message=str(ev.error.error), recoverable=ev.error.recoverable))
     session.on("close", lambda ev: (_record(room, "close", reason=str(ev.reason)),
                                     ctx.shutdown("the agent session closed")))
+    closed = asyncio.Event()
+    session.on("close", lambda ev: closed.set())
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
-    session.current_agent.duplex_session.on("session_reconnected", lambda ev: _record(room, "reconnected"))
-    _record(room, "started")
+    duplex = session.current_agent.duplex_session
+    duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))
+    # started for the test once the caller's audio reaches the model: AgentSession reads the room's
+    # track only once it has subscribed to it, which on a loaded machine can come after start returns,
+    # and a caller who spoke before then would have the start of their words cut off
+    deadline = loop.time() + 60.0
+    while duplex.caller_audio_s == 0.0 and not closed.is_set() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    if duplex.caller_audio_s > 0.0:
+        _record(room, "started")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
 from tests.webrtc.client_peer import wait_for
 
+QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family and our two dogs.")
 
@@ -49,16 +50,18 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
 
     # A spoken exchange: the reference model says back what it heard, and the caller hears it.
-    reply = await caller.say_and_listen("Please book a table for two people tonight.", timeout=90)
+    reply = await caller.say_and_listen(QUESTION, timeout=90)
     assert {"said", "table"} <= set(words(reply.heard)), (reply, worker.records())
     first = _assistant(worker, room)
     assert len(first) == 1 and not first[0]["interrupted"], first  # one response, one message
-    assert words(first[0]["text"]) == words("You said: Please book a table for two people tonight."), first
+    # every word: the worker reported started only once the caller's audio reached the model
+    assert words(first[0]["text"]) == words("You said: " + QUESTION), first
 
     # Barge-in mid-reply: once the long reply has played for a second, the caller talks over it.
+    # counted from before the question: the reply may start within the question's trailing silence
+    asked = len(caller.received)
     caller.mic.say(question)
     await wait_for(lambda: not caller.mic.busy, 60, "the long question to be said")
-    asked = len(caller.received)
     await wait_for(lambda: caller.listening_after_speaking(asked) is None
                    and any(state == "speaking" for state, at in caller.state_log if at >= asked), 120,
                    "the long reply to play")

@@ -225,6 +225,12 @@ async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_
         pushed_ms += 20.0
         await asyncio.sleep(0.02)
     assert session._path is not None and pushed_ms >= 20.0
+    # and on through the running path: one that opened within the first frame may still hold all of it
+    for _ in range(5):
+        session.push_audio(rtc.AudioFrame(ramp.tobytes(), 48000, 1, 960))
+        pushed_ms += 20.0
     # all of it reached the model, less the few samples the resampler holds: not one 20 ms frame lost
     assert pushed_ms - 20.0 < sum(sent_ms) <= pushed_ms, (sum(sent_ms), pushed_ms)
+    # what an app reads to know the caller's audio is coming in: all of it, kept or fed
+    assert session.caller_audio_s == pytest.approx(pushed_ms / 1000.0)
     await session.aclose()
