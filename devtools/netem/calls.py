@@ -135,8 +135,8 @@ def start_livekit(link: ImpairedLink, sfu_log: IO[str], worker_log: IO[str]) -> 
     address = link.address["worker"]
     sfu = subprocess.Popen([*link.exec_prefix("worker"), sys.executable, "-m", "devtools.livekit_server",
                             "--host", address, "--port", str(SFU_PORT), "--advertise-ip", address,
-                            "--api-key", LIVEKIT_KEY, "--api-secret", LIVEKIT_SECRET, "--print-url"],
-                           env=environment({}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            "--print-url"],
+                           env=environment({"LIVEKIT_API_KEY": LIVEKIT_KEY, "LIVEKIT_API_SECRET": LIVEKIT_SECRET}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=sfu_log, text=True)
     assert sfu.stdout is not None
     url = sfu.stdout.readline().strip()
@@ -156,9 +156,10 @@ def livekit_callers(link: ImpairedLink, url: str, seconds: float, log: IO[str]) 
     """``bench.livekit_callers`` (one caller on the real livekit SDK, barging in again and again)
     in the caller's namespace for ``seconds``; its final JSON figures."""
     command = [*link.exec_prefix("caller"), sys.executable, "-m", "bench.livekit_callers", "--transport", "livekit",
-               "--url", url, "--api-key", LIVEKIT_KEY, "--api-secret", LIVEKIT_SECRET, "--agent-name", LIVEKIT_AGENT,
+               "--url", url, "--agent-name", LIVEKIT_AGENT,
                "--sessions", "1", "--seconds", str(seconds), "--ignore-stdin"]
-    done = subprocess.run(command, env=environment({}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    # The credentials travel in the environment: a command line is visible in ps.
+    done = subprocess.run(command, env=environment({"LIVEKIT_API_KEY": LIVEKIT_KEY, "LIVEKIT_API_SECRET": LIVEKIT_SECRET}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=log, text=True, timeout=seconds + 120)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     final = [line for line in lines if line.get("event") == "done"]

@@ -73,7 +73,9 @@ import duplex_agent.agent.app.cli
 from duplex_agent.agent.app.bootstrap import build_backend
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
-settings = Settings(plugin="moshi", moshi_config="tiny", device="cpu", max_sessions=1, webrtc=False)
+from duplex_agent.plugins.moshi.plugin import MoshiOptions
+settings = Settings(plugin="moshi", max_sessions=1, webrtc=False,
+                    plugin_options=MoshiOptions(moshi_config="tiny", device="cpu"))
 build_app(build_backend(settings), settings, with_webrtc=settings.webrtc)
 owner = {}
 for dist in md.distributions():
