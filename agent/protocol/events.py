@@ -251,8 +251,9 @@ class SessionResyncRequired(ServerEvent):
 @dataclass(slots=True)
 class PlaybackAcknowledged(ServerEvent):
     type: ClassVar[str] = "playback.acknowledged"
-    response_id: str
-    item_id: str
+    #: None when nothing had been played yet (an idle acknowledgement).
+    response_id: str | None
+    item_id: str | None
     played_ms: float
     #: The response's playback ledger: generated_ms, sent_ms, played_ms, committed_ms.
     playback: dict[str, float]
@@ -270,6 +271,24 @@ class ConversationItemTruncated(ServerEvent):
 @dataclass(slots=True)
 class ConversationItemCreated(ServerEvent):
     type: ClassVar[str] = "conversation.item.created"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemAdded(ServerEvent):
+    """An item entering the conversation (vLLM-Omni sends it before ``conversation.item.created``)."""
+
+    type: ClassVar[str] = "conversation.item.added"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemDone(ServerEvent):
+    """An item complete in the conversation (after its commit)."""
+
+    type: ClassVar[str] = "conversation.item.done"
     item: dict[str, Any]
     previous_item_id: str | None = None
 

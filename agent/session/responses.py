@@ -74,6 +74,17 @@ class ResponseManager:
         self._remember(HistoryItem(item_id, "user"))
         return previous
 
+    def commit_user_item(self, item_id: str) -> None:
+        """A committed user turn enters history, announced as vLLM-Omni does (added, created, committed, done)."""
+        previous = self.add_user_item(item_id)
+        item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
+                "content": [{"type": "input_audio", "transcript": ""}]}
+        emit = self._core.emit
+        emit(p.ConversationItemAdded(item, previous))
+        emit(p.ConversationItemCreated(item, previous))
+        emit(p.InputAudioBufferCommitted(item_id, previous))
+        emit(p.ConversationItemDone(item, previous))
+
     def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
         self.pending_turns.append((turn_id, item_id, request_id))
 
@@ -211,6 +222,11 @@ class ResponseManager:
             return command.item_id is None or item.item_id == command.item_id
 
         item = next((i for i in reversed(self.history) if i.ledger and named(i)), None)
+        if item is None and command.response_id is None and command.item_id is None:
+            # Nothing was played yet: vLLM-Omni acknowledges an empty cursor.
+            empty = {"generated_ms": 0.0, "sent_ms": 0.0, "played_ms": 0.0, "committed_ms": 0.0}
+            self._core.emit(p.PlaybackAcknowledged(None, None, 0.0, empty, command.truncate))
+            return
         if item is None or item.ledger is None:
             raise p.ProtocolError("playback_item_not_found", f"no response {command.response_id or command.item_id!r}",
                                   event_id=command.event_id)
@@ -235,7 +251,10 @@ class ResponseManager:
                         if isinstance(part, dict)).strip()
         previous = self.history[-1].item_id if self.history else None
         self.history.append(HistoryItem(item_id, role, text))
-        self._core.emit(p.ConversationItemCreated(self._item_object(self.history[-1]), previous))
+        created = self._item_object(self.history[-1])
+        self._core.emit(p.ConversationItemAdded(created, previous))
+        self._core.emit(p.ConversationItemCreated(created, previous))
+        self._core.emit(p.ConversationItemDone(created, previous))
 
     def item_retrieve(self, command: p.ConversationItemRetrieve) -> None:
         self._core.emit(p.ConversationItemRetrieved(self._item_object(self._item(command.item_id, command.event_id))))

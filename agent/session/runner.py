@@ -289,6 +289,9 @@ class DuplexSessionRunner(Conversation):
             await self._responses.output_clear()
         elif isinstance(command, p.BargeIn):
             await self._responses.barge_in()
+            # vLLM-Omni's barge_in also drops the input so far (its input.cancel).
+            self._input.clear()
+            self._emit(p.InputAudioBufferCleared())
         elif isinstance(command, p.ConversationItemCreate):
             self._responses.item_create(command)
         elif isinstance(command, p.ConversationItemRetrieve):

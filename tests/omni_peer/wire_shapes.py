@@ -144,6 +144,26 @@ async def run_case(url: str, case: Case) -> Answer:
             return answer
 
 
+@dataclass(frozen=True)
+class Intended:
+    """A difference we keep on purpose (docs/protocol.md, "Where we differ from vLLM-Omni 0.30.0, on purpose").
+
+    ``lines`` are the exact lines ``diff`` prints for it; only those lines are excused, in that case only.
+    """
+
+    case: str
+    lines: tuple[str, ...]
+    reason: str
+
+
+def unexcused(case: str, differences: list[str], intended: list[Intended]) -> tuple[list[str], list[Intended]]:
+    """(the differences no intended entry covers, the entries for ``case`` that did not occur)."""
+    mine = [entry for entry in intended if entry.case == case]
+    excused = {line for entry in mine for line in entry.lines}
+    stale = [entry for entry in mine if not set(entry.lines) <= set(differences)]
+    return [line for line in differences if line not in excused], stale
+
+
 def diff(real: Answer, ours: Answer) -> tuple[list[str], list[str]]:
     """(differences, extras), vLLM-Omni's answer first.
 
