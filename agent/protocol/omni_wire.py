@@ -76,14 +76,15 @@ _OMNI_CAPABILITY_DEFAULTS: dict[str, Any] = {
     "supports_multi_session_same_replica": True, "supports_session_lease": False,
     "session_admission_mode": "serving_managed", "supports_image_input": False,
     "supports_text_only_turn": False, "requires_model_runner_kv": False, "requires_native_stage_role": False,
-    "adapter_patterns": ["chunk_group_append"], "stage_handoff_transport": None,
-    "target_barge_in_latency_ms": 1000,
+    "adapter_patterns": ["chunk_group_append"], "stage_handoff_transport": "in_process",
+    "target_barge_in_latency_ms": None,
 }
 #: vLLM-Omni's ``DuplexSessionConfig`` defaults for the session fields our config does not keep.
 _OMNI_SESSION_DEFAULTS: dict[str, Any] = {
     "model": "duplex", "response_format": "wav", "temperature": None, "max_tokens": None, "speed": None,
     "idle_timeout_s": 300.0, "overlap_short_ack_ms": 700, "overlap_barge_in_ms": 1200,
     "overlap_silence_rms": 0.003, "playback_commit_policy": "commit_all_on_done",
+    "input_audio_transcription": None, "tracing": None,
 }
 
 
@@ -154,6 +155,8 @@ def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = 
             "output": {"format": {"type": FORMAT_MIME.get(out_format, out_format), "rate": out_rate},
                        "sample_rate_hz": out_rate},
         },
+        # vLLM-Omni's unset instructions are null.
+        "instructions": session.get("instructions") or None,
         "capabilities": omni_capabilities(caps, resumable=resumable),
     }
 
@@ -241,6 +244,10 @@ class ServerWireEncoder:
         data["output_index"] = 0
         data["content_index"] = 0
 
+    def _transcript_delta(self, event: p.ResponseTranscriptDelta, data: dict[str, Any]) -> None:
+        self._content(event, data)
+        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0]}
+
     def _speak(self, event: p.ResponseSpeak, data: dict[str, Any]) -> None:
         self._content(event, data)
         data["item_id"] = self._items.get(event.response_id, f"item_{event.response_id}")
@@ -249,7 +256,10 @@ class ServerWireEncoder:
     def _committed(self, event: p.InputAudioBufferCommitted, data: dict[str, Any]) -> None:
         epoch, turn_id = self._fence()
         data["event"] = {"type": "input.committed", "session_id": self.session_id, "turn_id": turn_id,
-                         "epoch": epoch, "realtime_item_id": event.item_id}
+                         "epoch": epoch, "history_len": event.history_len, "native_audio": True,
+                         "message": {"role": "user", "content": [{"type": "audio_url",
+                                                                  "audio_url": {"url": "native-duplex:input-audio"}}]},
+                         "realtime_item_id": event.item_id}
 
     def _transcribed(self, event: p.InputTranscriptionCompleted, data: dict[str, Any]) -> None:
         data["content_index"] = 0
@@ -303,7 +313,7 @@ _SHAPES: dict[type[p.ServerEvent], Any] = {
     p.InputTranscriptionCompleted: ServerWireEncoder._transcribed,
     p.ResponseAudioDelta: ServerWireEncoder._audio,
     p.ResponseAudioDone: ServerWireEncoder._content,
-    p.ResponseTranscriptDelta: ServerWireEncoder._content,
+    p.ResponseTranscriptDelta: ServerWireEncoder._transcript_delta,
     p.ResponseTranscriptDone: ServerWireEncoder._content,
     p.SessionClosed: ServerWireEncoder._closed,
     p.PlaybackAcknowledged: ServerWireEncoder._acknowledged,

@@ -82,7 +82,7 @@ class ResponseManager:
         emit = self._core.emit
         emit(p.ConversationItemAdded(item, previous))
         emit(p.ConversationItemCreated(item, previous))
-        emit(p.InputAudioBufferCommitted(item_id, previous))
+        emit(p.InputAudioBufferCommitted(item_id, previous, len(self.history)))
         emit(p.ConversationItemDone(item, previous))
 
     def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
@@ -131,7 +131,24 @@ class ResponseManager:
         self.last = response
         self._remember(HistoryItem(item_id, "assistant", ledger=ledger))
         core.emit(p.ResponseCreated(response_id, item_id))
+        core.emit(p.ResponseOutputItemAdded(response_id, self._assistant_item(response, "in_progress", None)))
+        core.emit(p.ResponseContentPartAdded(response_id, item_id, {"type": "audio", "transcript": ""}))
         return response
+
+    @staticmethod
+    def _assistant_item(response: ActiveResponse, status: str, transcript: str | None) -> dict[str, object]:
+        content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
+        return {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+                "status": status, "content": content}
+
+    def _close_item(self, response: ActiveResponse, status: str) -> None:
+        """vLLM-Omni's order before ``response.done``: the part, the output item, the conversation item."""
+        text = response.ledger.full_text()
+        emit = self._core.emit
+        emit(p.ResponseContentPartDone(response.response_id, response.item_id, {"type": "audio", "transcript": text}))
+        item = self._assistant_item(response, status, text)
+        emit(p.ResponseOutputItemDone(response.response_id, item))
+        emit(p.ConversationItemDone(item))
 
     def finish(self, response: ActiveResponse, status: str, reason: str = "") -> None:
         if self.active is not response:
@@ -142,6 +159,7 @@ class ResponseManager:
             response.audio_done = True
             emit(p.ResponseAudioDone(response.response_id, response.item_id))
             emit(p.ResponseTranscriptDone(response.response_id, response.item_id, response.ledger.full_text()))
+        self._close_item(response, "completed" if status == "completed" else "incomplete")
         emit(p.ResponseDone(response.response_id, status, reason, audio_ms=response.ledger.sent_ms))
         if status != "cancelled":
             self.start_next_turn()
@@ -174,6 +192,7 @@ class ResponseManager:
         response.ledger.interrupt()
         if response.ledger.unplayed_ms > 0:  # vLLM-Omni's order: the output is cleared, then the response is done
             core.emit(p.OutputAudioBufferCleared(response.response_id))
+        self._close_item(response, "incomplete")
         core.emit(p.ResponseDone(response.response_id, "cancelled", reason, audio_ms=response.ledger.sent_ms))
         return True
 
@@ -199,11 +218,12 @@ class ResponseManager:
             self.last.ledger.interrupt()
             self._core.emit(p.OutputAudioBufferCleared(self.last.response_id))
 
-    async def output_clear(self) -> None:
+    async def output_clear(self, response_id: str | None = None) -> None:
+        """Stop what speaks or plays; the cleared event names it, else the response the client named."""
         target = self.active or self.last
         if not await self.cancel("output_cleared") and target is not None:
             target.ledger.interrupt()
-        self._core.emit(p.OutputAudioBufferCleared(target.response_id if target else None))
+        self._core.emit(p.OutputAudioBufferCleared(target.response_id if target else response_id))
 
     def truncate(self, command: p.ConversationItemTruncate) -> None:
         item = next((i for i in self.history if i.item_id == command.item_id and i.ledger), None)

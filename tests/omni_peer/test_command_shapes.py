@@ -92,7 +92,38 @@ CASES = [
 
 #: Differences we keep on purpose, each in docs/protocol.md ("Where we differ from vLLM-Omni 0.30.0, on
 #: purpose"); only these exact lines are excused, in their case only, so any new difference still fails.
+_EVENT_ORDER = ("events: vLLM-Omni [*", "        ours      [*")
+_REPLY_SEQUENCE = ("our reply's event sequence: no response.output_item.added/done, response.content_part.added/done "
+                   "or rate_limits.updated; transcript deltas follow their audio; the caller's words come as "
+                   "conversation.item.input_audio_transcription.completed")
+_BARE_COMMIT = "a bare commit answers on our turn-based endpoint (vLLM-Omni: response_create defaults to false)"
+_FULL_AUDIO = "response.done does not repeat the whole reply's audio (it went out as deltas)"
 INTENDED = [
+    Intended("session.update unsupported input format",
+             ("events: vLLM-Omni ['session.updated']", "        ours      ['error']",
+              "error codes: vLLM-Omni [], ours ['session_field_immutable']"),
+             "the input stream's format is fixed once the session started: a change is refused, not applied "
+             "to audio already streaming"),
+    Intended("input_audio_buffer.commit bare", _EVENT_ORDER, _BARE_COMMIT),
+    Intended("input_audio_buffer.commit final false", _EVENT_ORDER, _BARE_COMMIT),
+    Intended("response.create after commit",
+             (*_EVENT_ORDER, "error codes: vLLM-Omni [], ours ['response_create_without_input']"),
+             _BARE_COMMIT + ", so the response.create after it finds no input left"),
+    Intended("response.create text only",
+             (*_EVENT_ORDER, "error codes: vLLM-Omni [], ours ['response_create_without_input']"),
+             _BARE_COMMIT + ", so the response.create after it finds no input left"),
+    *(Intended(case, _EVENT_ORDER, _REPLY_SEQUENCE)
+      for case in ("input_audio_buffer.commit response_create", "input.commit",
+                   "response.cancel after the reply finished", "turn.signal response.cancel after the reply finished")),
+    *(Intended(case, ("response.done: response.metadata lacks audio (string)",), _FULL_AUDIO)
+      for case in ("input_audio_buffer.commit response_create", "input.commit", "response.create after commit",
+                   "response.cancel after the reply finished", "turn.signal response.cancel after the reply finished",
+                   "response.create text only")),
+    Intended("output_audio_buffer.clear with response_id",
+             ("events: vLLM-Omni ['output_audio_buffer.cleared', 'response.output_item.done', "
+              "'conversation.item.done', 'response.done', 'rate_limits.updated']",
+              "        ours      ['output_audio_buffer.cleared']"),
+             "clearing a response that does not exist announces no done events for it"),
 ]
 
 
