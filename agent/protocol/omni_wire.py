@@ -215,7 +215,8 @@ class ServerWireEncoder:
             status, details, output = "in_progress", None, []
             metadata: dict[str, Any] = {"duplex_event": {"type": event.type, "session_id": self.session_id,
                                                          "response_id": event.response_id,
-                                                         "epoch": self._fence()[0]}}
+                                                         "epoch": self._fence()[0],
+                                                         "modalities": ["audio", "text"]}}
         else:
             status = event.status
             default = {"completed": "stop", "cancelled": "client_cancelled"}.get(status, status)
@@ -246,7 +247,7 @@ class ServerWireEncoder:
 
     def _transcript_delta(self, event: p.ResponseTranscriptDelta, data: dict[str, Any]) -> None:
         self._content(event, data)
-        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0]}
+        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0], "model_speak": True}
 
     def _speak(self, event: p.ResponseSpeak, data: dict[str, Any]) -> None:
         self._content(event, data)

@@ -45,6 +45,8 @@ class ActiveResponse:
     request_ids: set[str] = field(default_factory=set)
     spoke: bool = False
     audio_done: bool = False
+    #: The conversation item before this response's own (its user turn, usually).
+    previous_item_id: str | None = None
 
 
 #: Turns whose user item a late transcript can still find.
@@ -129,9 +131,14 @@ class ResponseManager:
         response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger)
         self.active = response
         self.last = response
+        response.previous_item_id = self.history[-1].item_id if self.history else None
         self._remember(HistoryItem(item_id, "assistant", ledger=ledger))
         core.emit(p.ResponseCreated(response_id, item_id))
-        core.emit(p.ResponseOutputItemAdded(response_id, self._assistant_item(response, "in_progress", None)))
+        # vLLM-Omni's order: the assistant item enters the conversation, then the response's output.
+        opened = self._assistant_item(response, "in_progress", None)
+        core.emit(p.ConversationItemAdded(opened, response.previous_item_id))
+        core.emit(p.ConversationItemCreated(opened, response.previous_item_id))
+        core.emit(p.ResponseOutputItemAdded(response_id, opened))
         core.emit(p.ResponseContentPartAdded(response_id, item_id, {"type": "audio", "transcript": ""}))
         return response
 
@@ -148,7 +155,7 @@ class ResponseManager:
         emit(p.ResponseContentPartDone(response.response_id, response.item_id, {"type": "audio", "transcript": text}))
         item = self._assistant_item(response, status, text)
         emit(p.ResponseOutputItemDone(response.response_id, item))
-        emit(p.ConversationItemDone(item))
+        emit(p.ConversationItemDone(item, response.previous_item_id))
 
     def finish(self, response: ActiveResponse, status: str, reason: str = "") -> None:
         if self.active is not response:
