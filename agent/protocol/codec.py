@@ -94,7 +94,9 @@ def decode_event(data: Any, registry: dict[str, type[p.Event]], *, audio_format:
         name = wire_field if f.name == audio_field else f.name
         if name not in data:
             if f.default is MISSING and f.default_factory is MISSING:
-                raise p.ProtocolError("missing_field", f"{kind}: missing field {name!r}", event_id=event_id)
+                # vLLM-Omni's own code for an item command without its item (``realtime_commands``).
+                code = "missing_item_id" if name == "item_id" else "missing_field"
+                raise p.ProtocolError(code, f"{kind}: missing field {name!r}", event_id=event_id)
             continue
         value = data[name]
         if f.name == audio_field:

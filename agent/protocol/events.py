@@ -251,8 +251,9 @@ class SessionResyncRequired(ServerEvent):
 @dataclass(slots=True)
 class PlaybackAcknowledged(ServerEvent):
     type: ClassVar[str] = "playback.acknowledged"
-    response_id: str
-    item_id: str
+    #: None when nothing had been played yet (an idle acknowledgement).
+    response_id: str | None
+    item_id: str | None
     played_ms: float
     #: The response's playback ledger: generated_ms, sent_ms, played_ms, committed_ms.
     playback: dict[str, float]
@@ -270,6 +271,24 @@ class ConversationItemTruncated(ServerEvent):
 @dataclass(slots=True)
 class ConversationItemCreated(ServerEvent):
     type: ClassVar[str] = "conversation.item.created"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemAdded(ServerEvent):
+    """An item entering the conversation (vLLM-Omni sends it before ``conversation.item.created``)."""
+
+    type: ClassVar[str] = "conversation.item.added"
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConversationItemDone(ServerEvent):
+    """An item complete in the conversation (after its commit)."""
+
+    type: ClassVar[str] = "conversation.item.done"
     item: dict[str, Any]
     previous_item_id: str | None = None
 
@@ -323,6 +342,8 @@ class InputAudioBufferCommitted(ServerEvent):
     type: ClassVar[str] = "input_audio_buffer.committed"
     item_id: str
     previous_item_id: str | None = None
+    #: Conversation items the session holds once this one is in.
+    history_len: int = 0
 
 
 @dataclass(slots=True)
@@ -348,6 +369,50 @@ class ResponseCreated(ServerEvent):
     type: ClassVar[str] = "response.created"
     response_id: str
     item_id: str
+
+
+@dataclass(slots=True)
+class ResponseOutputItemAdded(ServerEvent):
+    """The response's assistant item, opened (vLLM-Omni's order: after ``response.created``)."""
+
+    type: ClassVar[str] = "response.output_item.added"
+    response_id: str
+    item: dict[str, Any]
+    output_index: int = 0
+
+
+@dataclass(slots=True)
+class ResponseOutputItemDone(ServerEvent):
+    """The response's assistant item, finished (before ``response.done``)."""
+
+    type: ClassVar[str] = "response.output_item.done"
+    response_id: str
+    item: dict[str, Any]
+    output_index: int = 0
+
+
+@dataclass(slots=True)
+class ResponseContentPartAdded(ServerEvent):
+    """The assistant item's audio part, opened."""
+
+    type: ClassVar[str] = "response.content_part.added"
+    response_id: str
+    item_id: str
+    part: dict[str, Any]
+    output_index: int = 0
+    content_index: int = 0
+
+
+@dataclass(slots=True)
+class ResponseContentPartDone(ServerEvent):
+    """The assistant item's audio part with its transcript, finished."""
+
+    type: ClassVar[str] = "response.content_part.done"
+    response_id: str
+    item_id: str
+    part: dict[str, Any]
+    output_index: int = 0
+    content_index: int = 0
 
 
 @dataclass(slots=True)

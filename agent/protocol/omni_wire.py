@@ -62,11 +62,39 @@ def omni_error(code: str, message: str, *, event_id: str | None = None) -> dict[
             "event_id": event_id}
 
 
+#: vLLM-Omni's ``DuplexCapabilities.as_dict()`` defaults, for the facts we have no own value for.
+_OMNI_CAPABILITY_DEFAULTS: dict[str, Any] = {
+    "supports_session_adapter": True, "supports_model_native_turn_policy": False,
+    "supports_external_turn_signal": True, "supports_client_commit": True, "supports_playback_ack": True,
+    "supports_replace_latest_chunk": False, "supports_reencode_context": False,
+    "supports_rollback_to_checkpoint": False, "supports_turn_commit_only": True, "supports_kv_lease": False,
+    "supports_core_kv_lease": False, "supports_model_internal_state": True, "supports_stage_resumption": False,
+    "supports_scheduler_native_append": False, "supports_core_resumable_request": False,
+    "supports_concurrent_turn_requests": False, "required_input_modalities": ["audio"],
+    "optional_input_modalities": [], "supports_stage_connector_handoff": False,
+    "supports_independent_io_streams": True, "supports_realtime_endpoint": True,
+    "supports_multi_session_same_replica": True, "supports_session_lease": False,
+    "session_admission_mode": "serving_managed", "supports_image_input": False,
+    "supports_text_only_turn": False, "requires_model_runner_kv": False, "requires_native_stage_role": False,
+    "adapter_patterns": ["chunk_group_append"], "stage_handoff_transport": "in_process",
+    "target_barge_in_latency_ms": None,
+}
+#: vLLM-Omni's ``DuplexSessionConfig`` defaults for the session fields our config does not keep.
+_OMNI_SESSION_DEFAULTS: dict[str, Any] = {
+    "model": "duplex", "response_format": "wav", "temperature": None, "max_tokens": None, "speed": None,
+    "idle_timeout_s": 300.0, "overlap_short_ack_ms": 700, "overlap_barge_in_ms": 1200,
+    "overlap_silence_rms": 0.003, "playback_commit_policy": "commit_all_on_done",
+    "input_audio_transcription": None, "tracing": None,
+}
+
+
 def omni_capabilities(caps: dict[str, Any], *, resumable: bool) -> dict[str, Any]:
     """Our ``DuplexCapabilities.to_dict()`` plus vLLM-Omni's names for the same facts."""
     continuous = caps.get("input_mode") == "continuous"
     return {
+        **_OMNI_CAPABILITY_DEFAULTS,
         **caps,
+        "supports_model_native_turn_policy": continuous,
         # Our endpoint keeps every session resumable, whatever the model.
         "supports_resume": resumable,
         "implementation_level": "model_native_duplex" if continuous else "server_turn_detection",
@@ -95,7 +123,8 @@ _TURN_STATES: dict[type[p.ServerEvent], str] = {
 
 
 def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = "idle",
-                 fence: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+                 fence: tuple[int, int] = (0, 0), active_response: str | None = None,
+                 playback: dict[str, float] | None = None) -> dict[str, Any]:
     """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session`` (its ``as_public_dict``)."""
     caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
     in_format = str(session.get("input_audio_format", "pcm16"))
@@ -111,6 +140,11 @@ def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = 
         "turn_state": turn_state,
         "epoch": epoch,
         "turn_id": turn_id,
+        "active_request_id": active_response,
+        "active_response_id": active_response,
+        "active_response_turn_id": turn_id if active_response else None,
+        **_OMNI_SESSION_DEFAULTS,
+        "playback": {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0, **(playback or {})},
         **session,
         "overlap_policy": OMNI_OVERLAP.get(policy, policy) if isinstance(policy, str) else policy,
         "output_modalities": list(session.get("modalities", ["audio", "text"])),
@@ -121,6 +155,8 @@ def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = 
             "output": {"format": {"type": FORMAT_MIME.get(out_format, out_format), "rate": out_rate},
                        "sample_rate_hz": out_rate},
         },
+        # vLLM-Omni's unset instructions are null.
+        "instructions": session.get("instructions") or None,
         "capabilities": omni_capabilities(caps, resumable=resumable),
     }
 
@@ -138,13 +174,23 @@ class ServerWireEncoder:
         self._fence = fence or (lambda: (0, 0))
         self._text_chars: dict[str, int] = {}  # response -> transcript characters its audio has spoken so far
         self._items: dict[str, str] = {}  # response -> its assistant item (the newest few)
+        self._active: str | None = None  # the response in progress, as the client has been told
+        self._transcripts: dict[str, str] = {}  # response -> its finished transcript, until its response.done
+        self._output_rate = 24000  # the latest audio delta's rate
 
     def encode(self, event: p.ServerEvent) -> dict[str, Any]:
         self.turn_state = _TURN_STATES.get(type(event), self.turn_state)
         if isinstance(event, p.ResponseCreated):
+            self._active = event.response_id
             self._items[event.response_id] = event.item_id
             if len(self._items) > 64:
                 del self._items[next(iter(self._items))]
+        elif isinstance(event, p.ResponseDone) and event.response_id == self._active:
+            self._active = None
+        elif isinstance(event, p.ResponseTranscriptDone):
+            self._transcripts[event.response_id] = event.transcript
+        elif isinstance(event, p.ResponseAudioDelta):
+            self._output_rate = event.sample_rate
         data = codec.encode_event(event, audio_format=self.output_format)
         data["event_id"] = f"event_{uuid.uuid4().hex[:20]}"
         shape = _SHAPES.get(type(event))
@@ -157,7 +203,7 @@ class ServerWireEncoder:
     def _session(self, event: p.SessionCreated | p.SessionUpdated, data: dict[str, Any]) -> None:
         self.output_format = str(event.session.get("output_audio_format", self.output_format))
         data["session"] = omni_session(event.session, resumable=self.resumable, turn_state=self.turn_state,
-                                       fence=self._fence())
+                                       fence=self._fence(), active_response=self._active)
 
     def _error(self, event: p.ErrorEvent, data: dict[str, Any]) -> None:
         error = event.error
@@ -168,18 +214,26 @@ class ServerWireEncoder:
         if isinstance(event, p.ResponseCreated):
             status, details, output = "in_progress", None, []
             metadata: dict[str, Any] = {"duplex_event": {"type": event.type, "session_id": self.session_id,
-                                                         "response_id": event.response_id}}
+                                                         "response_id": event.response_id,
+                                                         "epoch": self._fence()[0],
+                                                         "modalities": ["audio", "text"]}}
         else:
             status = event.status
             default = {"completed": "stop", "cancelled": "client_cancelled"}.get(status, status)
             details = {"type": status, "reason": event.reason or default}
             output = [{"id": f"item_{event.response_id}", "object": "realtime.item", "type": "message",
                        "role": "assistant", "status": status}]
+            sent = round(event.audio_ms)
             metadata = {"type": event.type, "session_id": self.session_id, "response_id": event.response_id,
-                        "playback": {"sent_ms": event.audio_ms}}
+                        "epoch": self._fence()[0], "model_speak": True, "end_of_turn": True,
+                        "text": self._transcripts.pop(event.response_id, ""), "format": self.output_format,
+                        "sample_rate_hz": self._output_rate, "audio_duration_ms": sent,
+                        # What was heard arrives later, as playback.ack: nothing is acknowledged yet.
+                        "playback": {"generated_ms": sent, "sent_ms": sent, "played_ms": 0, "committed_ms": 0}}
             self._text_chars.pop(event.response_id, None)
         data["response"] = {"id": event.response_id, "object": "realtime.response", "status": status,
-                            "status_details": details, "output": output, "metadata": metadata}
+                            "status_details": details, "output": output, "modalities": ["audio", "text"],
+                            "metadata": metadata}
 
     def _listen(self, event: p.ResponseListen, data: dict[str, Any]) -> None:
         data["session_id"] = self.session_id
@@ -191,6 +245,10 @@ class ServerWireEncoder:
         data["output_index"] = 0
         data["content_index"] = 0
 
+    def _transcript_delta(self, event: p.ResponseTranscriptDelta, data: dict[str, Any]) -> None:
+        self._content(event, data)
+        data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0], "model_speak": True}
+
     def _speak(self, event: p.ResponseSpeak, data: dict[str, Any]) -> None:
         self._content(event, data)
         data["item_id"] = self._items.get(event.response_id, f"item_{event.response_id}")
@@ -199,7 +257,10 @@ class ServerWireEncoder:
     def _committed(self, event: p.InputAudioBufferCommitted, data: dict[str, Any]) -> None:
         epoch, turn_id = self._fence()
         data["event"] = {"type": "input.committed", "session_id": self.session_id, "turn_id": turn_id,
-                         "epoch": epoch, "realtime_item_id": event.item_id}
+                         "epoch": epoch, "history_len": event.history_len, "native_audio": True,
+                         "message": {"role": "user", "content": [{"type": "audio_url",
+                                                                  "audio_url": {"url": "native-duplex:input-audio"}}]},
+                         "realtime_item_id": event.item_id}
 
     def _transcribed(self, event: p.InputTranscriptionCompleted, data: dict[str, Any]) -> None:
         data["content_index"] = 0
@@ -218,18 +279,24 @@ class ServerWireEncoder:
         data["metadata"] = {"session_id": self.session_id, "epoch": self._fence()[0], "model_speak": True,
                             "end_of_turn": False,
                             "audio_duration_ms": round(end_ms), "audio_text_marks": marks,
-                            "playback": {"generated_ms": round(end_ms), "sent_ms": round(end_ms)}}
+                            "playback": {"generated_ms": round(end_ms), "sent_ms": round(end_ms), "played_ms": 0,
+                                         "committed_ms": 0}}
 
     def _closed(self, event: p.SessionClosed, data: dict[str, Any]) -> None:
         data["session_id"] = self.session_id
         data["event"] = {"type": event.type, "reason": event.reason}
 
     def _acknowledged(self, event: p.PlaybackAcknowledged, data: dict[str, Any]) -> None:
-        data["event"] = {"type": event.type, "session_id": self.session_id, "item_id": event.item_id,
+        data["event"] = {"type": event.type, "session_id": self.session_id, "epoch": self._fence()[0],
+                         "item_id": event.item_id,
                          "response_id": event.response_id, "played_ms": event.played_ms,
                          "committed_ms": event.playback.get("committed_ms", event.played_ms),
                          "truncate": event.truncate, "playback": event.playback,
                          "history_committed": event.truncate}
+
+    def _turn(self, event: p.TurnEvent, data: dict[str, Any]) -> None:
+        data["session_id"] = self.session_id
+        data["epoch"] = self._fence()[0]
 
     def _echo(self, event: Any, data: dict[str, Any]) -> None:
         data["event"] = {k: v for k, v in data.items() if k not in ("event_id", "event")}
@@ -247,10 +314,11 @@ _SHAPES: dict[type[p.ServerEvent], Any] = {
     p.InputTranscriptionCompleted: ServerWireEncoder._transcribed,
     p.ResponseAudioDelta: ServerWireEncoder._audio,
     p.ResponseAudioDone: ServerWireEncoder._content,
-    p.ResponseTranscriptDelta: ServerWireEncoder._content,
+    p.ResponseTranscriptDelta: ServerWireEncoder._transcript_delta,
     p.ResponseTranscriptDone: ServerWireEncoder._content,
     p.SessionClosed: ServerWireEncoder._closed,
     p.PlaybackAcknowledged: ServerWireEncoder._acknowledged,
+    p.TurnEvent: ServerWireEncoder._turn,
     p.ConversationItemTruncated: ServerWireEncoder._echo,
     p.ConversationItemDeleted: ServerWireEncoder._echo,
 }

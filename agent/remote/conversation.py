@@ -5,8 +5,8 @@ connection when the server supports it), the writer drains a bounded queue of
 outgoing messages, and the watchdog notices a server that stalls mid-response.
 Client events are translated per the server's capabilities on their way out.
 
-Under ``playback_commit_policy`` ``ack_only`` vLLM-Omni keeps a reply active until
-its playback is acknowledged, so a transport that never sends ``playback.ack``
+vLLM-Omni 0.30.0 keeps a reply active until its playback is acknowledged (under its
+default ``commit_all_on_done`` as under ``ack_only``), so a transport that never sends ``playback.ack``
 would get ``response_already_active`` on its next turn. This side therefore
 acknowledges every reply the transport has not: when its audio has had time to
 play out, or at once before the transport's next ``response.create`` or commit,
@@ -162,7 +162,6 @@ class RemoteConversation(Conversation):
         self._cut = _RecentIds()  # responses the edge stopped: their late audio is dropped
         self._ended_here = _RecentIds()  # responses this side ended: all their later events are dropped
         self._unacked: dict[str, _Playback] = {}  # replies with audio that the transport has not acknowledged
-        self._ack_only = False  # the session's playback_commit_policy holds replies until they are acknowledged
         self._self_acks = 0
         self._closing = False
         self._ended = asyncio.Event()
@@ -203,7 +202,6 @@ class RemoteConversation(Conversation):
         seq = data.get("server_event_seq")
         conversation = cls(connect, ws, remote, options, last_seq=seq if isinstance(seq, int) else 0,
                            on_close=on_close)
-        conversation._note_policy(session)
         if remote.extended:
             conversation._outgoing.put(Outgoing(json.dumps({"type": "session.heartbeat", "event_id": _OPENING_BARRIER})))
         conversation._start()
@@ -314,7 +312,6 @@ class RemoteConversation(Conversation):
                                   f"{sorted(SUPPORTED_RATES)}", event_id=event.event_id)
         self._encoder.configure(audio_format, rate)
         self._rates.configure(rate)
-        self._note_policy(update)
         if not self._configured:
             self._configured = self._first_reply_pending = True
         message = {"type": "session.update", "session": translate_session_update(update, self.remote)}
@@ -362,13 +359,10 @@ class RemoteConversation(Conversation):
 
     # ---- acknowledging playback for the transport ----
 
-    def _note_policy(self, session: dict[str, Any]) -> None:
-        policy = session.get("playback_commit_policy")
-        if isinstance(policy, str):  # vLLM-Omni takes any other value as commit_all_on_done
-            self._ack_only = policy.strip().lower() == "ack_only"
-
     def _reply_heard(self, event: p.ResponseAudioDelta) -> None:
-        if not (self._ack_only and self._caps.supports_playback_ack):
+        # vLLM-Omni 0.30.0 holds a reply active until it is acknowledged under its default
+        # commit_all_on_done too (its own test peer: the next turn is never taken), not only ack_only.
+        if not self._caps.supports_playback_ack:
             return
         playback = self._unacked.get(event.response_id)
         if playback is None:

@@ -57,6 +57,10 @@ class InputPipeline:
         self._prefix_samples = 0
         self._append_seq = 0
         self._input_item_id: str | None = None
+        #: Without server VAD, vLLM-Omni counts a turn's first append as speech_started and its commit as
+        #: speech_stopped: where the client's input stands (ms) and whether that turn has started.
+        self._client_audio_ms = 0.0
+        self._client_turn_open = False
         # The call's edge VAD scores (one VAD pass per call), while this session's input
         # timeline is the edge's: from the first append, with nothing dropped.
         self._caller_scores: SharedScores | None = None
@@ -131,6 +135,11 @@ class InputPipeline:
                                   event_id=command.event_id)
         core.state.input_since_commit = True
         if self._vad is None:
+            if not self._client_turn_open:
+                self._client_turn_open = True
+                self._input_item_id = self._input_item_id or core.new_id("item")
+                core.emit(p.SpeechStarted(self._client_audio_ms, self._input_item_id))
+            self._client_audio_ms += 1000.0 * samples.size / rate
             await self._feed(audio)
             return
         await self._vad_route(audio)
@@ -285,6 +294,7 @@ class InputPipeline:
         core.state.clear_committed_audio()
         core.state.input_since_commit = False
         core.state.speech_since_commit = False
+        self._client_turn_open = False
         self._prefix.clear()
         self._prefix_samples = 0
         if self._vad is not None:
@@ -299,7 +309,8 @@ class InputPipeline:
             # whether to answer; a commit only seals the user's item.
             item_id = self._input_item_id or core.new_id("item")
             self._input_item_id = None
-            core.emit(p.InputAudioBufferCommitted(item_id, self._responses.add_user_item(item_id)))
+            self._close_client_turn(item_id)
+            self._responses.commit_user_item(item_id)
             return
         if not core.state.input_since_commit and not core.state.audio_buffer.has_pending() \
                 and core.input_request_id is None:
@@ -310,8 +321,8 @@ class InputPipeline:
             raise p.ProtocolError("input_backpressure", "too many user turns are waiting for a response",
                                   event_id=event_id)
         item_id = self._input_item_id or core.new_id("item")
-        previous = self._responses.add_user_item(item_id)
-        core.emit(p.InputAudioBufferCommitted(item_id, previous))
+        self._close_client_turn(item_id)
+        self._responses.commit_user_item(item_id)
         reservation = core.state.audio_buffer.prepare_commit(
             operation_id=f"commit-{self._append_seq}", chunk_period_ms=round(core.capabilities.unit_ms)
         )
@@ -326,6 +337,11 @@ class InputPipeline:
             self._responses.start_next_turn()
         else:
             core.state.deferred_response_create = True
+
+    def _close_client_turn(self, item_id: str) -> None:
+        if self._client_turn_open:
+            self._client_turn_open = False
+            self._core.emit(p.SpeechStopped(self._client_audio_ms, item_id))
 
     def response_create(self, command: p.ResponseCreate) -> None:
         if not self._responses.pending_turns:

@@ -45,6 +45,8 @@ class ActiveResponse:
     request_ids: set[str] = field(default_factory=set)
     spoke: bool = False
     audio_done: bool = False
+    #: The conversation item before this response's own (its user turn, usually).
+    previous_item_id: str | None = None
 
 
 #: Turns whose user item a late transcript can still find.
@@ -73,6 +75,17 @@ class ResponseManager:
         previous = self.history[-1].item_id if self.history else None
         self._remember(HistoryItem(item_id, "user"))
         return previous
+
+    def commit_user_item(self, item_id: str) -> None:
+        """A committed user turn enters history, announced as vLLM-Omni does (added, created, committed, done)."""
+        previous = self.add_user_item(item_id)
+        item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
+                "content": [{"type": "input_audio", "transcript": ""}]}
+        emit = self._core.emit
+        emit(p.ConversationItemAdded(item, previous))
+        emit(p.ConversationItemCreated(item, previous))
+        emit(p.InputAudioBufferCommitted(item_id, previous, len(self.history)))
+        emit(p.ConversationItemDone(item, previous))
 
     def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
         self.pending_turns.append((turn_id, item_id, request_id))
@@ -118,9 +131,31 @@ class ResponseManager:
         response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger)
         self.active = response
         self.last = response
+        response.previous_item_id = self.history[-1].item_id if self.history else None
         self._remember(HistoryItem(item_id, "assistant", ledger=ledger))
         core.emit(p.ResponseCreated(response_id, item_id))
+        # vLLM-Omni's order: the assistant item enters the conversation, then the response's output.
+        opened = self._assistant_item(response, "in_progress", None)
+        core.emit(p.ConversationItemAdded(opened, response.previous_item_id))
+        core.emit(p.ConversationItemCreated(opened, response.previous_item_id))
+        core.emit(p.ResponseOutputItemAdded(response_id, opened))
+        core.emit(p.ResponseContentPartAdded(response_id, item_id, {"type": "audio", "transcript": ""}))
         return response
+
+    @staticmethod
+    def _assistant_item(response: ActiveResponse, status: str, transcript: str | None) -> dict[str, object]:
+        content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
+        return {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+                "status": status, "content": content}
+
+    def _close_item(self, response: ActiveResponse, status: str) -> None:
+        """vLLM-Omni's order before ``response.done``: the part, the output item, the conversation item."""
+        text = response.ledger.full_text()
+        emit = self._core.emit
+        emit(p.ResponseContentPartDone(response.response_id, response.item_id, {"type": "audio", "transcript": text}))
+        item = self._assistant_item(response, status, text)
+        emit(p.ResponseOutputItemDone(response.response_id, item))
+        emit(p.ConversationItemDone(item, response.previous_item_id))
 
     def finish(self, response: ActiveResponse, status: str, reason: str = "") -> None:
         if self.active is not response:
@@ -131,6 +166,7 @@ class ResponseManager:
             response.audio_done = True
             emit(p.ResponseAudioDone(response.response_id, response.item_id))
             emit(p.ResponseTranscriptDone(response.response_id, response.item_id, response.ledger.full_text()))
+        self._close_item(response, "completed" if status == "completed" else "incomplete")
         emit(p.ResponseDone(response.response_id, status, reason, audio_ms=response.ledger.sent_ms))
         if status != "cancelled":
             self.start_next_turn()
@@ -163,6 +199,7 @@ class ResponseManager:
         response.ledger.interrupt()
         if response.ledger.unplayed_ms > 0:  # vLLM-Omni's order: the output is cleared, then the response is done
             core.emit(p.OutputAudioBufferCleared(response.response_id))
+        self._close_item(response, "incomplete")
         core.emit(p.ResponseDone(response.response_id, "cancelled", reason, audio_ms=response.ledger.sent_ms))
         return True
 
@@ -188,11 +225,12 @@ class ResponseManager:
             self.last.ledger.interrupt()
             self._core.emit(p.OutputAudioBufferCleared(self.last.response_id))
 
-    async def output_clear(self) -> None:
+    async def output_clear(self, response_id: str | None = None) -> None:
+        """Stop what speaks or plays; the cleared event names it, else the response the client named."""
         target = self.active or self.last
         if not await self.cancel("output_cleared") and target is not None:
             target.ledger.interrupt()
-        self._core.emit(p.OutputAudioBufferCleared(target.response_id if target else None))
+        self._core.emit(p.OutputAudioBufferCleared(target.response_id if target else response_id))
 
     def truncate(self, command: p.ConversationItemTruncate) -> None:
         item = next((i for i in self.history if i.item_id == command.item_id and i.ledger), None)
@@ -211,6 +249,11 @@ class ResponseManager:
             return command.item_id is None or item.item_id == command.item_id
 
         item = next((i for i in reversed(self.history) if i.ledger and named(i)), None)
+        if item is None and command.response_id is None and command.item_id is None:
+            # Nothing was played yet: vLLM-Omni acknowledges an empty cursor.
+            empty = {"generated_ms": 0.0, "sent_ms": 0.0, "played_ms": 0.0, "committed_ms": 0.0}
+            self._core.emit(p.PlaybackAcknowledged(None, None, 0.0, empty, command.truncate))
+            return
         if item is None or item.ledger is None:
             raise p.ProtocolError("playback_item_not_found", f"no response {command.response_id or command.item_id!r}",
                                   event_id=command.event_id)
@@ -235,7 +278,10 @@ class ResponseManager:
                         if isinstance(part, dict)).strip()
         previous = self.history[-1].item_id if self.history else None
         self.history.append(HistoryItem(item_id, role, text))
-        self._core.emit(p.ConversationItemCreated(self._item_object(self.history[-1]), previous))
+        created = self._item_object(self.history[-1])
+        self._core.emit(p.ConversationItemAdded(created, previous))
+        self._core.emit(p.ConversationItemCreated(created, previous))
+        self._core.emit(p.ConversationItemDone(created, previous))
 
     def item_retrieve(self, command: p.ConversationItemRetrieve) -> None:
         self._core.emit(p.ConversationItemRetrieved(self._item_object(self._item(command.item_id, command.event_id))))

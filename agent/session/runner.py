@@ -286,9 +286,12 @@ class DuplexSessionRunner(Conversation):
         elif isinstance(command, p.PlaybackAck):
             self._responses.playback_ack(command)
         elif isinstance(command, p.OutputAudioBufferClear):
-            await self._responses.output_clear()
+            await self._responses.output_clear(command.response_id)
         elif isinstance(command, p.BargeIn):
             await self._responses.barge_in()
+            # vLLM-Omni's barge_in also drops the input so far (its input.cancel).
+            self._input.clear()
+            self._emit(p.InputAudioBufferCleared())
         elif isinstance(command, p.ConversationItemCreate):
             self._responses.item_create(command)
         elif isinstance(command, p.ConversationItemRetrieve):

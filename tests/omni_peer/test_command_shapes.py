@@ -11,7 +11,7 @@ import base64
 import numpy as np
 import pytest
 
-from tests.omni_peer.wire_shapes import Case, diff, run_case
+from tests.omni_peer.wire_shapes import Case, Intended, diff, run_case, unexcused
 
 
 def _pcm16(ms: int) -> str:
@@ -90,6 +90,45 @@ CASES = [
 ]
 
 
+#: Differences we keep on purpose, each in docs/protocol.md ("Where we differ from vLLM-Omni 0.30.0, on
+#: purpose"); only these exact lines are excused, in their case only, so any new difference still fails.
+_EVENT_ORDER = ("events: vLLM-Omni [*", "        ours      [*")
+_REPLY_SEQUENCE = ("our reply's event sequence: no response.output_item.added/done, response.content_part.added/done "
+                   "or rate_limits.updated; transcript deltas follow their audio; the caller's words come as "
+                   "conversation.item.input_audio_transcription.completed")
+_BARE_COMMIT = "a bare commit answers on our turn-based endpoint (vLLM-Omni: response_create defaults to false)"
+_FULL_AUDIO = "response.done does not repeat the whole reply's audio (it went out as deltas)"
+INTENDED = [
+    Intended("session.update unsupported input format",
+             ("events: vLLM-Omni ['session.updated']", "        ours      ['error']",
+              "error codes: vLLM-Omni [], ours ['session_field_immutable']"),
+             "the input stream's format is fixed once the session started: a change is refused, not applied "
+             "to audio already streaming"),
+    # The reply's assistant item follows the user's, so its item events name a previous item.
+    *(Intended(case, (*_EVENT_ORDER, *(f"conversation.item.{kind}: previous_item_id is null in vLLM-Omni, string in ours"
+                                       for kind in ("added", "created", "done"))), _BARE_COMMIT)
+      for case in ("input_audio_buffer.commit bare", "input_audio_buffer.commit final false")),
+    Intended("response.create after commit",
+             (*_EVENT_ORDER, "error codes: vLLM-Omni [], ours ['response_create_without_input']"),
+             _BARE_COMMIT + ", so the response.create after it finds no input left"),
+    Intended("response.create text only",
+             (*_EVENT_ORDER, "error codes: vLLM-Omni [], ours ['response_create_without_input']"),
+             _BARE_COMMIT + ", so the response.create after it finds no input left"),
+    *(Intended(case, _EVENT_ORDER, _REPLY_SEQUENCE)
+      for case in ("input_audio_buffer.commit response_create", "input.commit",
+                   "response.cancel after the reply finished", "turn.signal response.cancel after the reply finished")),
+    *(Intended(case, ("response.done: response.metadata lacks audio (string)",), _FULL_AUDIO)
+      for case in ("input_audio_buffer.commit response_create", "input.commit", "response.create after commit",
+                   "response.cancel after the reply finished", "turn.signal response.cancel after the reply finished",
+                   "response.create text only")),
+    Intended("output_audio_buffer.clear with response_id",
+             ("events: vLLM-Omni ['output_audio_buffer.cleared', 'response.output_item.done', "
+              "'conversation.item.done', 'response.done', 'rate_limits.updated']",
+              "        ours      ['output_audio_buffer.cleared']"),
+             "clearing a response that does not exist announces no done events for it"),
+]
+
+
 @pytest.fixture(scope="module")
 def servers(started):
     # Every case opens a session on each; closed ones free their slot at once, but leave room.
@@ -105,7 +144,10 @@ async def test_command_answer_matches_vllm_omni(servers, case):
     differences, extras = diff(real, mine)
     if extras:
         print(f"{case.name}: our extras (a vLLM-Omni client ignores them):\n" + "\n".join(extras))
-    assert not differences, f"{case.name}: ours differs from vLLM-Omni 0.30.0\n" + "\n".join(differences)
+    remaining, stale = unexcused(case.name, differences, INTENDED)
+    for entry in stale:
+        print(f"{case.name}: the intended difference ({entry.reason}) did not occur this run")
+    assert not remaining, f"{case.name}: ours differs from vLLM-Omni 0.30.0\n" + "\n".join(remaining)
 
 
 async def test_connecting_with_a_model_opens_the_session_unasked(servers):

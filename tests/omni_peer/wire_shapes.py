@@ -144,6 +144,32 @@ async def run_case(url: str, case: Case) -> Answer:
             return answer
 
 
+@dataclass(frozen=True)
+class Intended:
+    """A difference we keep on purpose (docs/protocol.md, "Where we differ from vLLM-Omni 0.30.0, on purpose").
+
+    ``lines`` are the lines ``diff`` prints for it, exactly, or up to a trailing ``*`` (a line that
+    starts so); only those lines are excused, in that case only.
+    """
+
+    case: str
+    lines: tuple[str, ...]
+    reason: str
+
+
+def unexcused(case: str, differences: list[str], intended: list[Intended]) -> tuple[list[str], list[Intended]]:
+    """(the differences no intended entry covers, the entries for ``case`` that did not occur)."""
+    mine = [entry for entry in intended if entry.case == case]
+    patterns = [pattern for entry in mine for pattern in entry.lines]
+    stale = [entry for entry in mine if not all(any(_covers(pattern, line) for line in differences)
+                                                for pattern in entry.lines)]
+    return [line for line in differences if not any(_covers(pattern, line) for pattern in patterns)], stale
+
+
+def _covers(pattern: str, line: str) -> bool:
+    return line.startswith(pattern[:-1]) if pattern.endswith("*") else line == pattern
+
+
 def diff(real: Answer, ours: Answer) -> tuple[list[str], list[str]]:
     """(differences, extras), vLLM-Omni's answer first.
 
