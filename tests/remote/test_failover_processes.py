@@ -168,6 +168,7 @@ async def test_a_host_that_takes_the_connection_and_never_answers_is_left_by_the
             if b_free in await front.metrics():
                 break
             await asyncio.sleep(0.1)
+        assert b_free in await front.metrics(), "the front never read the spare backend's free session"
         caller = clients(front.url)
         await caller.open(MANUAL)
         await ask(caller)
