@@ -62,15 +62,12 @@ def one_round(port: int, speech: str, sessions: int, seconds: float) -> list[dic
     return list(final[0]["callers"])  # type: ignore[arg-type]
 
 
-def _p(values: list[float], q: float) -> float:
-    return percentile(values, q) if values else float("nan")
-
-
 def compare(name: str, ours: list[float], floor: list[float]) -> None:
     print(f"{name}:")
     print(f"  worker: {summary(ours, 'ms', digits=0)}")
     print(f"  floor:  {summary(floor, 'ms', digits=0)}")
-    print(f"  beyond the floor: p50 {_p(ours, 50) - _p(floor, 50):.0f} ms, p95 {_p(ours, 95) - _p(floor, 95):.0f} ms")
+    print(f"  beyond the floor: p50 {percentile(ours, 50) - percentile(floor, 50):.0f} ms, "
+          f"p95 {percentile(ours, 95) - percentile(floor, 95):.0f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     compare("turn latency as the caller hears it", figures["worker"]["turn"], figures["floor"]["turn"])
     print("the worker's own barge-in figure (the onset reaching it -> its first quiet frame out): "
           f"{summary(figures['worker']['worker_own'], 'ms', digits=0)}")
-    beyond = _p(figures["worker"]["heard"], 95) - _p(figures["floor"]["heard"], 95)
+    beyond = percentile(figures["worker"]["heard"], 95) - percentile(figures["floor"]["heard"], 95)
     print(f"barge-in beyond the floor p95: {beyond:.0f} ms (goal <= {GOAL_BEYOND_FLOOR_MS:.0f} ms)")
     return 0
 

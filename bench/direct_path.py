@@ -72,10 +72,6 @@ INTERRUPTIONS = [
 SPEECH_ONSET_RMS = 0.01  # -40 dBFS over 5 ms: where the caller's sound starts
 
 
-def _p(values: list[float], q: float) -> float:
-    return percentile(values, q) if values else float("nan")
-
-
 _fig = spread
 
 
@@ -420,10 +416,10 @@ def direct_goals(result: DirectResult) -> DirectGoals:
     beyond_in = ([a - h for a, h in zip(result.input_added, result.input_held, strict=True)]
                  if len(result.input_added) == len(result.input_held) else [])
     return DirectGoals(
-        barge_in=Goal(_p(recorded, 95), BARGE_IN_GOAL_MS),
-        input_beyond_resampler=Goal(_p(beyond_in, 95), ADDED_GOAL_MS),
-        output_added=Goal(_p(result.output_added, 95), ADDED_GOAL_MS),
-        output_work=Goal(_p(result.output_work, 95), ADDED_GOAL_MS),
+        barge_in=Goal(percentile(recorded, 95), BARGE_IN_GOAL_MS),
+        input_beyond_resampler=Goal(percentile(beyond_in, 95), ADDED_GOAL_MS),
+        output_added=Goal(percentile(result.output_added, 95), ADDED_GOAL_MS),
+        output_work=Goal(percentile(result.output_work, 95), ADDED_GOAL_MS),
         input_beyond=tuple(beyond_in))
 
 
