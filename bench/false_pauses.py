@@ -32,7 +32,7 @@ import numpy as np
 
 from bench.direct_path import acoustic_onset
 from bench.stats import spread
-from devtools.speech import speak
+from devtools.speech import speak, vocal_burst
 from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.events import (
     ClientEvent,
@@ -86,14 +86,6 @@ def noise_cough(ms: float) -> np.ndarray:
     spectrum *= np.exp(-(((hz - 700) / 500) ** 2)) + 0.5 * np.exp(-(((hz - 1800) / 700) ** 2))
     shaped = np.fft.irfft(spectrum, n)
     return (0.5 * shaped / np.abs(shaped).max() * _envelope(n, 0.01, ms / 3000)).astype(np.float32)
-
-
-def vocal_burst(ms: float) -> np.ndarray:
-    """A voiced grunt or throat-clear: the first ``ms`` of Piper's "ah", edges softened."""
-    ah = speak("ah", RATE)
-    start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
-    n = int(RATE * ms / 1000)
-    return (ah[start : start + n] * np.hanning(n) ** 0.3).astype(np.float32)
 
 
 def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:

@@ -31,6 +31,15 @@ def speak(text: str, rate: int = 16000, *, before_ms: float = 0.0, after_ms: flo
     return np.concatenate([pad(before_ms), audio, pad(after_ms)])
 
 
+def vocal_burst(ms: float, rate: int = 48000) -> np.ndarray:
+    """A voiced grunt or throat-clear: the first ``ms`` of Piper's "ah", edges softened. At 48 ms,
+    one or two Silero windows over the threshold, never the four of the minimum speech."""
+    ah = speak("ah", rate)
+    start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
+    n = int(rate * ms / 1000)
+    return (ah[start : start + n] * np.hanning(n) ** 0.3).astype(np.float32)
+
+
 def espeak(text: str, rate: int = 16000, *, voice: str = "en-us") -> np.ndarray:
     """espeak-ng's ``voice`` (e.g. "en-us", "en-gb+f3") saying ``text`` at ``rate``, trimmed
     to the speech (espeak pads with silence). Needs the espeak-ng program (Debian package)."""

@@ -5,7 +5,7 @@ agent still cancels it (test_peer.py)."""
 import numpy as np
 import pytest
 
-from devtools.speech import speak
+from devtools.speech import vocal_burst
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
     PlaybackAck,
@@ -25,16 +25,13 @@ pytestmark = pytest.mark.asyncio
 REPLY_S = 4
 
 
-def vocal_burst(ms: float = 48.0) -> np.ndarray:
-    """The first ``ms`` of Piper saying "ah", 48 kHz: one or two Silero windows over the threshold,
-    never the four of the minimum speech (at every alignment to the 32 ms window grid)."""
+def burst_48ms() -> np.ndarray:
+    """48 ms of Piper's "ah" at 48 kHz (``vocal_burst``): one or two Silero windows over the
+    threshold, never the four of the minimum speech (at every alignment to the 32 ms window grid)."""
     try:
-        ah = speak("ah", 48000)
+        return vocal_burst(48.0)
     except Exception as exc:  # the voice is a wheel the machine may lack
         pytest.skip(f"Piper voice not available: {exc}")
-    start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
-    n = int(48 * ms)
-    return (ah[start : start + n] * np.hanning(n) ** 0.3).astype(np.float32)
 
 
 class ReplyConversation(FakeConversation):
@@ -62,7 +59,7 @@ class ReplyBackend(EchoBackend):
 
 
 async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_whole_reply(host_address):
-    burst = vocal_burst()
+    burst = burst_48ms()
     quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
     caller = np.concatenate([quiet(1.0), burst, quiet(1.0), burst, quiet(REPLY_S)])  # two tries at a pause
     backend = ReplyBackend()
