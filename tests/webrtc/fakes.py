@@ -12,6 +12,7 @@ from duplex_agent.agent.protocol.events import (
     ClientEvent,
     InputAudioBufferAppend,
     ResponseAudioDelta,
+    ResponseAudioDone,
     ResponseCancel,
     ResponseCreated,
     ServerEvent,
@@ -97,6 +98,29 @@ class EchoConversation(FakeConversation):
             self._audio_ms += ms
 
 
+class HumConversation(FakeConversation):
+    """On the caller's first audio, one response ("talk"): ``seconds`` of a 300 Hz hum, in 1 s
+    deltas, then its audio done when ``done``."""
+
+    def __init__(self, seconds: int, *, done: bool) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.done = done
+        self.talking = False
+
+    def send(self, event: ClientEvent) -> None:
+        super().send(event)
+        if isinstance(event, InputAudioBufferAppend) and not self.talking:
+            self.talking = True
+            self.emit(ResponseCreated(response_id="talk", item_id="i-talk"))
+            hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
+            for n in range(self.seconds):
+                self.emit(ResponseAudioDelta(response_id="talk", item_id="i-talk", audio=hum,
+                                             sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0))
+            if self.done:
+                self.emit(ResponseAudioDone(response_id="talk", item_id="i-talk"))
+
+
 class EchoBackend(DuplexBackend):
     """Opens echo conversations, up to ``max_sessions`` at once."""
 
@@ -115,6 +139,20 @@ class EchoBackend(DuplexBackend):
         if self.active_sessions >= self.max_sessions:
             raise AdmissionError("all sessions busy", code="resource_exhausted")
         conversation = EchoConversation()
+        self.conversations.append(conversation)
+        return conversation
+
+
+class HumBackend(EchoBackend):
+    """Opens ``HumConversation``s (no session limit)."""
+
+    def __init__(self, seconds: int, *, done: bool) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.done = done
+
+    async def open(self) -> HumConversation:  # type: ignore[override]
+        conversation = HumConversation(self.seconds, done=self.done)
         self.conversations.append(conversation)
         return conversation
 

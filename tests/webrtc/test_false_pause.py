@@ -7,17 +7,13 @@ import pytest
 
 from devtools.speech import vocal_burst
 from duplex_agent.agent.protocol.events import (
-    InputAudioBufferAppend,
     PlaybackAck,
-    ResponseAudioDelta,
-    ResponseAudioDone,
     ResponseCancel,
-    ResponseCreated,
 )
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 
 from .client_peer import ClientPeer, frames_of, wait_for
-from .fakes import EchoBackend, FakeConversation
+from .fakes import HumBackend
 from .test_peer import serve
 
 pytestmark = pytest.mark.asyncio
@@ -34,35 +30,11 @@ def burst_48ms() -> np.ndarray:
         pytest.skip(f"Piper voice not available: {exc}")
 
 
-class ReplyConversation(FakeConversation):
-    """One 4 s reply (a 300 Hz hum) on the caller's first audio, then done."""
-
-    talking = False
-
-    def send(self, event):
-        super().send(event)
-        if isinstance(event, InputAudioBufferAppend) and not self.talking:
-            self.talking = True
-            self.emit(ResponseCreated(response_id="talk", item_id="i-talk"))
-            hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
-            for n in range(REPLY_S):
-                self.emit(ResponseAudioDelta(response_id="talk", item_id="i-talk", audio=hum,
-                                             sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0))
-            self.emit(ResponseAudioDone(response_id="talk", item_id="i-talk"))
-
-
-class ReplyBackend(EchoBackend):
-    async def open(self):
-        conversation = ReplyConversation()
-        self.conversations.append(conversation)
-        return conversation
-
-
 async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_whole_reply(host_address):
     burst = burst_48ms()
     quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
     caller = np.concatenate([quiet(1.0), burst, quiet(1.0), burst, quiet(REPLY_S)])  # two tries at a pause
-    backend = ReplyBackend()
+    backend = HumBackend(REPLY_S, done=True)
     http, app = await serve(backend, host_address)
     client = ClientPeer(host_address, frames_of(caller))
     try:

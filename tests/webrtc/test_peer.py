@@ -6,44 +6,16 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from duplex_agent.agent.protocol.events import (
-    InputAudioBufferAppend,
     PlaybackAck,
-    ResponseAudioDelta,
     ResponseCancel,
-    ResponseCreated,
     SessionUpdate,
 )
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 
 from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
-from .fakes import EchoBackend, FakeConversation
+from .fakes import EchoBackend, HumBackend
 
 pytestmark = pytest.mark.asyncio
-
-
-class TalkerConversation(FakeConversation):
-    """Starts a long response (a 300 Hz hum, 10 s) on the caller's first audio."""
-
-    talking = False
-
-    def send(self, event):
-        super().send(event)
-        if isinstance(event, InputAudioBufferAppend) and not self.talking:
-            self.talking = True
-            self.emit(ResponseCreated(response_id="talk", item_id="i-talk"))
-            hum = 0.3 * np.sin(2 * np.pi * 300 * np.arange(24000) / 24000).astype(np.float32)
-            for n in range(10):
-                self.emit(ResponseAudioDelta(
-                    response_id="talk", item_id="i-talk", audio=hum,
-                    sample_rate=24000, audio_start_ms=1000.0 * n, audio_ms=1000.0,
-                ))
-
-
-class TalkerBackend(EchoBackend):
-    async def open(self):
-        conversation = TalkerConversation()
-        self.conversations.append(conversation)
-        return conversation
 
 
 async def serve(backend, host_address):
@@ -85,7 +57,7 @@ async def test_caller_audio_comes_back_through_the_echo_backend(host_address):
 
 
 async def test_caller_speech_over_the_agent_silences_it_at_the_edge(host_address, speech_48k):
-    backend = TalkerBackend()
+    backend = HumBackend(10, done=False)  # a long reply, still going when the caller speaks
     http, app = await serve(backend, host_address)
     caller = np.concatenate([np.full(48000, 1e-4, dtype=np.float32), speech_48k])
     client = ClientPeer(host_address, frames_of(caller))
