@@ -19,7 +19,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,18 +28,13 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from bench.call_rig import free_port
 from bench.stats import spread
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = " ".join(f"word{i}" for i in range(60))
 QUESTION = (0.3 * np.sin(np.arange(4800) / 4)).astype(np.float32)  # 300 ms at 16 kHz
 TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def serve_backend(port: int) -> None:
