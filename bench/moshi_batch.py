@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     print(f"moshi batch bench: {spec.config}, device {args.device}, torch {torch.__version__} "
           f"({threads} CPU threads), {steps} steps after {args.warmup} warm-up, frame {FRAME_MS:.0f} ms", flush=True)
-    if args.device.startswith("cuda") and torch.cuda.is_available():
+    cuda = args.device.startswith("cuda") and torch.cuda.is_available()
+    if cuda:
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         print(f"GPU: {torch.cuda.get_device_name()}, {total / 2**30:.0f} GiB", flush=True)
-    cuda = args.device.startswith("cuda") and torch.cuda.is_available()
     started = time.perf_counter()
     models = load_models(spec)
     weights = torch.cuda.memory_allocated() if cuda else 0
