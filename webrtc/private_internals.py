@@ -8,9 +8,12 @@ Each package family's private uses live in one module, which names its version h
   that gathering inside ``candidates_on`` offers one address.
 - livekit (the rtc SDK), ``webrtc.livekit.ffi_router`` and ``webrtc.livekit.ffi_audio``:
   ``FfiClient`` and its queue's lock, ``livekit.rtc._proto``, ``livekit.rtc._utils.Queue``,
-  ``AudioStream._ffi_queue``, ``Room._ffi_queue``, ``Room._loop``, ``Room._room_queue``,
-  ``_ffi_handle`` of streams, sources, rooms and participants, ``AudioFrame._proto_info``;
-  also ``agent.app.livekit_worker`` creates the ``FfiClient`` once on the main thread.
+  ``AudioStream._ffi_queue``, ``AudioStream._loop``, ``Room._ffi_queue``, ``Room._loop``,
+  ``Room._task``, ``Room._room_queue``, ``_ffi_handle`` of streams, sources, rooms and
+  participants, ``AudioFrame._proto_info``; at interpreter exit ``FfiClient._instance``,
+  ``FfiClient._dispose`` and the name of ``livekit.rtc._ffi_client.ffi_event_callback`` (found
+  in the threads' frames); also ``agent.app.livekit_worker`` creates the ``FfiClient`` once on
+  the main thread.
 - livekit-agents, ``livekit_agents.agent_link`` and ``livekit_agents.backends``:
   ``JobContext._primary_agent_session`` (the job's AgentSession, to find ours),
   ``AgentSession._aec_warmup_duration_explicit`` and ``voice.agent_session._DEFAULT_AEC_WARMUP_DURATION``
