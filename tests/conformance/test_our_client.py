@@ -15,6 +15,7 @@ from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 from tests.conformance.fake_omni import FakeOmni, turn_detection_problem
+from tests.remote.conversation_events import events_until
 
 REF_AUDIO = "data:audio/wav;base64,UklGRg=="
 HUM = (0.05 * np.sin(2 * np.pi * 200 * np.arange(FRAME_SAMPLES) / SAMPLE_RATE)).astype(np.float32)
@@ -99,17 +100,6 @@ async def test_a_whole_call_gets_no_error_from_a_vllm_omni_server(fake):
     starts = [(d.response_id, d.audio_start_ms) for d in deltas]
     assert len(starts) == len(set(starts))  # nothing replayed twice
     assert all(d.marks and d.marks[-1]["text"] for d in deltas)  # every chunk knows its words
-
-
-async def events_until(conversation, done: Callable[[p.ServerEvent], bool], seen: list[p.ServerEvent],
-                       timeout: float = 15.0) -> p.ServerEvent:
-    async def read() -> p.ServerEvent:
-        async for event in conversation.events():
-            seen.append(event)
-            if done(event):
-                return event
-        raise AssertionError(f"the conversation ended; seen {[e.type for e in seen][-12:]}")
-    return await asyncio.wait_for(read(), timeout)
 
 
 def speech(ms: float, rate: int = 16000) -> np.ndarray:

@@ -26,6 +26,7 @@ from duplex_agent.agent.remote.pool import BackendList, BackendPool
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+from tests.remote.conversation_events import events_until
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
 
@@ -93,17 +94,6 @@ async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> 
     while not check():
         assert loop.time() < end, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)
-
-
-async def collect(conversation, done: Callable[[p.ServerEvent], bool], seen: list[p.ServerEvent],
-                  timeout: float = 15.0) -> p.ServerEvent:
-    async def read() -> p.ServerEvent:
-        async for event in conversation.events():
-            seen.append(event)
-            if done(event):
-                return event
-        raise AssertionError(f"ended; seen {[e.type for e in seen][-10:]}")
-    return await asyncio.wait_for(read(), timeout)
 
 
 def ask(conversation) -> None:
@@ -194,19 +184,19 @@ async def test_a_call_moves_to_another_backend_when_its_own_is_lost_and_keeps_it
     seen: list[p.ServerEvent] = []
     conversation.send(p.SessionUpdate({"turn_detection": None}))
     ask(conversation)
-    answer = await collect(conversation, completed, seen)
+    answer = await events_until(conversation, completed, seen)
     heard_item = next(e.item_id for e in seen if isinstance(e, p.ResponseCreated))
     conversation.send(p.PlaybackAck(played_ms=10_000, response_id=answer.response_id))
     lost = first if conversation.backend_url.startswith(first.url.split("/v1")[0]) else second
     await lost.kill()
     # The caller asks again right away; the answer comes from the other backend.
     ask(conversation)
-    again = await collect(conversation, completed, seen)
+    again = await events_until(conversation, completed, seen)
     assert conversation.moves == 1 and again.response_id != answer.response_id
     assert not [e for e in seen if isinstance(e, p.ErrorEvent | p.SessionClosed)]
     # The conversation's history is there: the item of the first answer, by its id, on the new backend.
     conversation.send(p.ConversationItemRetrieve(heard_item))
-    retrieved = await collect(conversation, lambda e: isinstance(e, p.ConversationItemRetrieved), seen)
+    retrieved = await events_until(conversation, lambda e: isinstance(e, p.ConversationItemRetrieved), seen)
     expected = "first answer" if lost is first else "second answer"
     assert expected in str(retrieved.item)
     await conversation.close()
@@ -219,12 +209,12 @@ async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_t
     seen: list[p.ServerEvent] = []
     conversation.send(p.SessionUpdate({"turn_detection": None}))
     ask(conversation)
-    await collect(conversation, completed, seen)
+    await events_until(conversation, completed, seen)
     await only.kill()
     await other.kill()
-    error = await collect(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    error = await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
     assert error.code == "backend_unavailable"
-    closed = await collect(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    closed = await events_until(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
     assert closed.reason == "backend_lost"
 
 
@@ -266,7 +256,7 @@ async def test_closing_the_pool_ends_its_calls_with_shutdown_not_a_move(served, 
     conversation = await pool.open()
     seen: list[p.ServerEvent] = []
     await pool.close()
-    closed = await collect(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    closed = await events_until(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
     assert closed.reason == "shutdown" and conversation.moves == 0
     assert not [e for e in seen if isinstance(e, p.ErrorEvent)]
 
