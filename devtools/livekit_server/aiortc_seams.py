@@ -14,7 +14,10 @@ aiortc's stages:
   ``RtpWriter`` writes the publisher's packets straight onto the subscriber's SRTP
   transport (``RTCDtlsTransport._send_rtp``, which never suspends), with the sender's
   SSRC, its negotiated payload type and header extensions, and keeps the counters its
-  RTCP sender reports are built from.
+  RTCP sender reports are built from;
+- the msid: aiortc writes each sender's ``_stream_id`` (a random one) into its
+  ``a=msid`` line and has no setting for it; ``set_msid_stream`` sets the one the
+  SDK reads.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def tap_rtp(receiver: RTCRtpReceiver, handler: RtpHandler) -> None:
 
     receiver.receive = _receive  # type: ignore[method-assign]
     receiver._handle_rtp_packet = _handle_rtp_packet  # type: ignore[method-assign]
+
+
+def set_msid_stream(sender: RTCRtpSender, stream_id: str) -> None:
+    """The stream id of ``sender``'s ``a=msid`` line (set before the offer is made)."""
+    sender._stream_id = stream_id  # type: ignore[attr-defined]
 
 
 class RtpWriter:

@@ -12,6 +12,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from livekit.protocol import models, rtc
 
 from . import media_relay
+from .aiortc_seams import set_msid_stream
 from .ids import new_sid
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ class Participant:
             return
         relayed, transceiver = pub.fanout.attach(self.sub_pc, self.identity)
         # msid "<participant sid>|<track sid> <track sid>" is how the SDK maps media to tracks
-        transceiver.sender._stream_id = f"{pub.publisher.sid}|{pub.info.sid}"
+        set_msid_stream(transceiver.sender, f"{pub.publisher.sid}|{pub.info.sid}")
         self.subscriptions[pub.info.sid] = Subscription(pub, relayed, transceiver)
         self.negotiate_subscriber()
         pub.publisher.spawn(
