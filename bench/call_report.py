@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 
-from bench.call_figures import FLOORS, Round, Run, is_control, kind, per_call
+from bench.call_figures import FLOORS, Round, Run, is_control, kind, over_livekit, per_call
 from bench.stats import histogram_quantile, percentile, summary
 from bench.worker_profile import WAITING
 
@@ -245,8 +245,7 @@ def livekit_barge_in_floors(run: Run) -> list[BargeInFloor]:
     the bare livekit.rtc agent through the same server in the same run, per call count."""
     floors = []
     for sessions in sorted({r.sessions for r in run.rounds}):
-        mine = [r for r in run.rounds if r.sessions == sessions and kind(r.path) in ("livekit", "livekit-echo")
-                and r.complete]
+        mine = [r for r in run.rounds if r.sessions == sessions and over_livekit(r.path) and r.complete]
         heard = {p: [v for r in mine if kind(r.path) == p for v in r.heard_stop_ms] for p in ("livekit", "livekit-echo")}
         if heard["livekit"] and heard["livekit-echo"]:
             floors.append(BargeInFloor(sessions, _percentiles(heard["livekit"]), _percentiles(heard["livekit-echo"]),
