@@ -108,12 +108,6 @@ class ServerCore:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "ServerCore":
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
-
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(text="OK")
 
@@ -127,23 +121,6 @@ class ServerCore:
         t = asyncio.create_task(coro, name=name)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
-
-    # -- tokens -----------------------------------------------------------
-    def mint_token(
-        self,
-        identity: str,
-        room: str,
-        *,
-        name: str | None = None,
-        kind: str | None = None,
-        attributes: dict[str, str] | None = None,
-        metadata: str | None = None,
-        agent: bool = False,
-    ) -> str:
-        return auth.mint_token(
-            self.api_key, self.api_secret, identity, room, name=name, kind=kind,
-            attributes=attributes, metadata=metadata, agent=agent,
-        )
 
     # -- rooms ------------------------------------------------------------
     def get_or_create_room(self, name: str) -> tuple[Room, bool]:
