@@ -178,15 +178,17 @@ def ready_worker(livekit_server, start_worker):
 
 @pytest.fixture
 def start_serve(tmp_path, processes):
-    """start_serve(**kwargs): a ``serve`` process on a free port, answering /healthz."""
+    """start_serve(*args, **kwargs): a ``serve`` process on a free port, answering /healthz; ``args``
+    are more ``serve`` arguments."""
 
-    async def start(**kwargs) -> ServeProcess:
+    async def start(*args: str, **kwargs) -> ServeProcess:
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         serve = ServeProcess(port, tmp_path / f"serve{len(processes)}.log", **kwargs)
+        serve.args += list(args)
         processes.append(serve)
         serve.start()
         await serve.ready()

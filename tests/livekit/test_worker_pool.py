@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
-
-import pytest
 
 from devtools.speech import speak
 from tests.livekit.caller import LiveKitCaller
-from tests.livekit.conftest import AGENT_NAME, ServeProcess
+from tests.livekit.conftest import AGENT_NAME
 from tests.webrtc.client_peer import wait_for
 
 #: Seconds a call with no backend left keeps looking for one (``--backend-lost-grace``).
@@ -40,24 +37,6 @@ class EventsListener:
 
     def first(self, kind: str) -> tuple[float, dict] | None:
         return next(((at, event) for at, event in self.events if event["type"] == kind), None)
-
-
-@pytest.fixture
-def start_serve_with(tmp_path, processes):
-    """start_serve_with(*args, **kwargs): conftest's ``start_serve``, with more ``serve`` arguments."""
-
-    async def start(*args: str, **kwargs) -> ServeProcess:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        serve = ServeProcess(port, tmp_path / f"serve{len(processes)}.log", **kwargs)
-        serve.args += list(args)
-        processes.append(serve)
-        serve.start()
-        await serve.ready()
-        return serve
-
-    return start
 
 
 async def _caller(livekit_server, identity: str, room: str) -> LiveKitCaller:
@@ -142,8 +121,8 @@ async def test_two_callers_go_to_two_backends_by_capacity_and_a_full_pool_report
 
 
 async def test_a_worker_that_dies_mid_call_drops_it_and_the_backend_frees_its_session_after_the_resume_grace(
-        livekit_server, start_serve_with, ready_worker):
-    backend = await start_serve_with("--resume-grace-s", "5", plugin="scripted", max_sessions=2)
+        livekit_server, start_serve, ready_worker):
+    backend = await start_serve("--resume-grace-s", "5", plugin="scripted", max_sessions=2)
     worker = await ready_worker(backend=backend.realtime_url, max_sessions=2)
     alice = await _caller(livekit_server, "alice", "room-dies")
     events = EventsListener(alice)
