@@ -28,13 +28,14 @@ async def _main(ns: argparse.Namespace) -> None:
     server = ServerCore(
         ns.api_key, ns.api_secret, host=ns.host, port=ns.port, advertise_ip=ns.advertise_ip
     )
-    await server.start()
-    if ns.print_url:
-        print(server.url, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    if ns.print_url:
+        # Callers read the URL as "ready": the signal handlers are in place before it.
+        print(server.url, flush=True)
     try:
         await stop.wait()
     finally:
