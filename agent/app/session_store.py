@@ -104,9 +104,6 @@ class LiveSession:
         self.closing = False  # the client asked to close: a drop now is not a detach
         self._on_closed = on_closed
         self._told_overflow = False
-        #: The newest response and whether it is still running, as the client has been told.
-        self.last_response: str | None = None
-        self.response_active = False
         self._events = events
         self._seq = 0
         self._token_digest = b""
@@ -152,10 +149,6 @@ class LiveSession:
         return self.conversation.wire_fence()
 
     def _note(self, event: p.ServerEvent) -> None:
-        if isinstance(event, p.ResponseCreated):
-            self.last_response, self.response_active = event.response_id, True
-        elif isinstance(event, p.ResponseDone) and event.response_id == self.last_response:
-            self.response_active = False
         if isinstance(event, p.SessionCreated | p.SessionUpdated):
             self.session = event.session
             self.input_format = str(event.session.get("input_audio_format", self.input_format))
