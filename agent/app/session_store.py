@@ -93,7 +93,7 @@ class LiveSession:
         self.conversation = conversation
         self.session_id = conversation.session_id
         self.resumable = resumable
-        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable, fence=self._fence)
+        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable, fence=conversation.wire_fence)
         self.journal = ReplayJournal(journal_bytes)
         self.input_format = "pcm16"
         self.rates = AppendRateAdapter(conversation.capabilities.input_sample_rate)
@@ -144,9 +144,6 @@ class LiveSession:
                     await _send_text(self.ws, _dumps(p.SessionResyncRequired(self.session_id, "journal_overflow"),
                                                      self.encoder))
                 await _send_text(self.ws, text)
-
-    def _fence(self) -> tuple[int, int]:
-        return self.conversation.wire_fence()
 
     def _note(self, event: p.ServerEvent) -> None:
         if isinstance(event, p.SessionCreated | p.SessionUpdated):
