@@ -56,6 +56,12 @@ _TURNS_REMEMBERED = 16
 WatchRequest = Callable[[str, int, "ActiveResponse | None"], None]
 
 
+def realtime_item(item_id: str, role: str, status: str, content: list[dict[str, object]]) -> dict[str, object]:
+    """A conversation item as the wire's events carry it (vLLM-Omni's ``realtime.item``)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": role, "status": status,
+            "content": content}
+
+
 class ResponseManager:
     def __init__(self, core: SessionCore) -> None:
         self._core = core
@@ -79,8 +85,7 @@ class ResponseManager:
     def commit_user_item(self, item_id: str) -> None:
         """A committed user turn enters history, announced as vLLM-Omni does (added, created, committed, done)."""
         previous = self.add_user_item(item_id)
-        item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
-                "content": [{"type": "input_audio", "transcript": ""}]}
+        item = realtime_item(item_id, "user", "completed", [{"type": "input_audio", "transcript": ""}])
         emit = self._core.emit
         emit(p.ConversationItemAdded(item, previous))
         emit(p.ConversationItemCreated(item, previous))
@@ -145,8 +150,7 @@ class ResponseManager:
     @staticmethod
     def _assistant_item(response: ActiveResponse, status: str, transcript: str | None) -> dict[str, object]:
         content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
-        return {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-                "status": status, "content": content}
+        return realtime_item(response.item_id, "assistant", status, content)
 
     def _close_item(self, response: ActiveResponse, status: str) -> None:
         """vLLM-Omni's order before ``response.done``: the part, the output item, the conversation item."""
@@ -303,8 +307,7 @@ class ResponseManager:
     def _item_object(self, item: HistoryItem) -> dict[str, object]:
         part = {"type": "output_audio", "transcript": item.heard_text} if item.ledger is not None \
             else {"type": "input_text", "text": item.text}
-        return {"id": item.item_id, "object": "realtime.item", "type": "message", "role": item.role,
-                "status": "completed", "content": [part]}
+        return realtime_item(item.item_id, item.role, "completed", [part])
 
     def commit_model_context(self) -> None:
         """At a turn boundary, the model keeps only the assistant words the caller heard."""
