@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.core import SessionCore
@@ -60,6 +61,13 @@ def realtime_item(item_id: str, role: str, status: str, content: list[dict[str, 
     """A conversation item as the wire's events carry it (vLLM-Omni's ``realtime.item``)."""
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": role, "status": status,
             "content": content}
+
+
+def item_text(item: dict[str, Any]) -> str:
+    """The words of a client's conversation item: its parts' text (or transcripts), joined."""
+    parts = item.get("content") if isinstance(item.get("content"), list) else []
+    return " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
+                    if isinstance(part, dict)).strip()
 
 
 class ResponseManager:
@@ -277,9 +285,7 @@ class ResponseManager:
         item = command.item
         item_id = item.get("id") if isinstance(item.get("id"), str) else self._core.new_id("item")
         role = str(item.get("role", "user"))
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
-                        if isinstance(part, dict)).strip()
+        text = item_text(item)
         previous = self.history[-1].item_id if self.history else None
         self.history.append(HistoryItem(item_id, role, text))
         created = self._item_object(self.history[-1])
