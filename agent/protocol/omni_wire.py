@@ -123,8 +123,7 @@ _TURN_STATES: dict[type[p.ServerEvent], str] = {
 
 
 def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = "idle",
-                 fence: tuple[int, int] = (0, 0), active_response: str | None = None,
-                 playback: dict[str, float] | None = None) -> dict[str, Any]:
+                 fence: tuple[int, int] = (0, 0), active_response: str | None = None) -> dict[str, Any]:
     """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session`` (its ``as_public_dict``)."""
     caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
     in_format = str(session.get("input_audio_format", "pcm16"))
@@ -144,7 +143,7 @@ def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = 
         "active_response_id": active_response,
         "active_response_turn_id": turn_id if active_response else None,
         **_OMNI_SESSION_DEFAULTS,
-        "playback": {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0, **(playback or {})},
+        "playback": {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0},
         **session,
         "overlap_policy": OMNI_OVERLAP.get(policy, policy) if isinstance(policy, str) else policy,
         "output_modalities": list(session.get("modalities", ["audio", "text"])),
