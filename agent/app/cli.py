@@ -141,7 +141,7 @@ def chosen_plugin(argv: list[str] | None, settings: Settings) -> str:
 def build_parser(settings: Settings, plugin: PluginOptions) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="duplex-agent", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,start,dev,token}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, text in COMMANDS.items():
         model = name in MODEL_COMMANDS
         command = commands.add_parser(name, help=text, description=text, usage=f"duplex-agent {name} [options]",
