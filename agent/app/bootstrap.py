@@ -65,13 +65,18 @@ def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | No
     if options_type is None:
         return None
     if settings.plugin_options is None:
-        options = options_type()
-        read_environment(options, os.environ)
-        return options
+        return options_from_environment(options_type)
     if not isinstance(settings.plugin_options, options_type):
         raise ValueError(f"the settings carry {type(settings.plugin_options).__name__} options, but the plugin "
                          f"{plugin.plugin_id!r} takes {options_type.__name__}")
     return settings.plugin_options
+
+
+def options_from_environment(options_type: type) -> object:
+    """A plugin's options: the defaults, with the values the environment sets (``DUPLEX_FIELD_NAME``)."""
+    options = options_type()
+    read_environment(options, os.environ)
+    return options
 
 
 async def start_backend(settings: Settings) -> DuplexBackend:

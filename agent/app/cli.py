@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import ipaddress
 import logging
-import os
 import sys
 
-from duplex_agent.agent.app.bootstrap import start_backend
+from duplex_agent.agent.app.bootstrap import options_from_environment, start_backend
 from duplex_agent.agent.app.flags import (
     DEV,
     MODEL_COMMANDS,
@@ -19,7 +18,7 @@ from duplex_agent.agent.app.flags import (
     add_setting_arguments,
     read_options,
 )
-from duplex_agent.agent.app.settings import Settings, read_environment
+from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
@@ -129,8 +128,7 @@ class PluginOptions:
             self.error = str(exc)
             return
         if options_type is not None:
-            self.values = options_type()
-            read_environment(self.values, os.environ)
+            self.values = options_from_environment(options_type)
 
 
 def chosen_plugin(argv: list[str] | None, settings: Settings) -> str:
@@ -143,7 +141,7 @@ def chosen_plugin(argv: list[str] | None, settings: Settings) -> str:
 def build_parser(settings: Settings, plugin: PluginOptions) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="duplex-agent", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,start,dev,token}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, text in COMMANDS.items():
         model = name in MODEL_COMMANDS
         command = commands.add_parser(name, help=text, description=text, usage=f"duplex-agent {name} [options]",

@@ -246,7 +246,7 @@ class RealtimeEndpoint:
         elif isinstance(event, p.ResponseCancel) and _finished(live, event.response_id):
             # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
             await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
-                                            f"{live.last_response}", event_id=event.event_id))
+                                            f"{live.encoder.last_response}", event_id=event.event_id))
             return
         elif isinstance(event, p.InputTextAppend):
             await live.emit(p.ErrorEvent.of("native_text_append_unsupported", "this session takes audio input only",
@@ -285,9 +285,10 @@ def _autostarts(request: web.Request) -> bool:
 
 
 def _finished(live: LiveSession, response_id: str | None) -> bool:
-    """The cancel names the latest reply (or none), and that reply has finished."""
-    return (live.last_response is not None and not live.response_active
-            and response_id in (None, live.last_response))
+    """The cancel names the latest reply (or none), and that reply has finished (as the client was told)."""
+    encoder = live.encoder
+    return (encoder.last_response is not None and not encoder.response_active
+            and response_id in (None, encoder.last_response))
 
 
 async def _send_direct(ws: web.WebSocketResponse, event: p.ServerEvent) -> None:

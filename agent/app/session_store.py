@@ -93,7 +93,7 @@ class LiveSession:
         self.conversation = conversation
         self.session_id = conversation.session_id
         self.resumable = resumable
-        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable, fence=self._fence)
+        self.encoder = ServerWireEncoder(self.session_id, resumable=resumable, fence=conversation.wire_fence)
         self.journal = ReplayJournal(journal_bytes)
         self.input_format = "pcm16"
         self.rates = AppendRateAdapter(conversation.capabilities.input_sample_rate)
@@ -104,9 +104,6 @@ class LiveSession:
         self.closing = False  # the client asked to close: a drop now is not a detach
         self._on_closed = on_closed
         self._told_overflow = False
-        #: The newest response and whether it is still running, as the client has been told.
-        self.last_response: str | None = None
-        self.response_active = False
         self._events = events
         self._seq = 0
         self._token_digest = b""
@@ -148,14 +145,7 @@ class LiveSession:
                                                      self.encoder))
                 await _send_text(self.ws, text)
 
-    def _fence(self) -> tuple[int, int]:
-        return self.conversation.wire_fence()
-
     def _note(self, event: p.ServerEvent) -> None:
-        if isinstance(event, p.ResponseCreated):
-            self.last_response, self.response_active = event.response_id, True
-        elif isinstance(event, p.ResponseDone) and event.response_id == self.last_response:
-            self.response_active = False
         if isinstance(event, p.SessionCreated | p.SessionUpdated):
             self.session = event.session
             self.input_format = str(event.session.get("input_audio_format", self.input_format))

@@ -123,8 +123,7 @@ _TURN_STATES: dict[type[p.ServerEvent], str] = {
 
 
 def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = "idle",
-                 fence: tuple[int, int] = (0, 0), active_response: str | None = None,
-                 playback: dict[str, float] | None = None) -> dict[str, Any]:
+                 fence: tuple[int, int] = (0, 0), active_response: str | None = None) -> dict[str, Any]:
     """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session`` (its ``as_public_dict``)."""
     caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
     in_format = str(session.get("input_audio_format", "pcm16"))
@@ -144,7 +143,7 @@ def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = 
         "active_response_id": active_response,
         "active_response_turn_id": turn_id if active_response else None,
         **_OMNI_SESSION_DEFAULTS,
-        "playback": {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0, **(playback or {})},
+        "playback": {"generated_ms": 0, "sent_ms": 0, "played_ms": 0, "committed_ms": 0},
         **session,
         "overlap_policy": OMNI_OVERLAP.get(policy, policy) if isinstance(policy, str) else policy,
         "output_modalities": list(session.get("modalities", ["audio", "text"])),
@@ -174,19 +173,21 @@ class ServerWireEncoder:
         self._fence = fence or (lambda: (0, 0))
         self._text_chars: dict[str, int] = {}  # response -> transcript characters its audio has spoken so far
         self._items: dict[str, str] = {}  # response -> its assistant item (the newest few)
-        self._active: str | None = None  # the response in progress, as the client has been told
+        #: The newest response and whether it is still running, as the client has been told.
+        self.last_response: str | None = None
+        self.response_active = False
         self._transcripts: dict[str, str] = {}  # response -> its finished transcript, until its response.done
         self._output_rate = 24000  # the latest audio delta's rate
 
     def encode(self, event: p.ServerEvent) -> dict[str, Any]:
         self.turn_state = _TURN_STATES.get(type(event), self.turn_state)
         if isinstance(event, p.ResponseCreated):
-            self._active = event.response_id
+            self.last_response, self.response_active = event.response_id, True
             self._items[event.response_id] = event.item_id
             if len(self._items) > 64:
                 del self._items[next(iter(self._items))]
-        elif isinstance(event, p.ResponseDone) and event.response_id == self._active:
-            self._active = None
+        elif isinstance(event, p.ResponseDone) and event.response_id == self.last_response:
+            self.response_active = False
         elif isinstance(event, p.ResponseTranscriptDone):
             self._transcripts[event.response_id] = event.transcript
         elif isinstance(event, p.ResponseAudioDelta):
@@ -203,7 +204,8 @@ class ServerWireEncoder:
     def _session(self, event: p.SessionCreated | p.SessionUpdated, data: dict[str, Any]) -> None:
         self.output_format = str(event.session.get("output_audio_format", self.output_format))
         data["session"] = omni_session(event.session, resumable=self.resumable, turn_state=self.turn_state,
-                                       fence=self._fence(), active_response=self._active)
+                                       fence=self._fence(),
+                                       active_response=self.last_response if self.response_active else None)
 
     def _error(self, event: p.ErrorEvent, data: dict[str, Any]) -> None:
         error = event.error

@@ -29,8 +29,9 @@ IGNORED_FIELDS = frozenset(
      "max_response_output_tokens", "max_tokens", "max_output_tokens", "input_audio_transcription",
      "input_audio_noise_reduction", "speed", "tracing", "response_format", "include",
      # vLLM-Omni's: a reference voice clip (MiniCPM-o's voice; our models bring their own),
-     # its overlap heuristics and tracing of what was played (our ledger always follows the acks).
-     "ref_audio", "overlap_short_ack_ms", "overlap_barge_in_ms", "overlap_silence_rms"}
+     # its overlap heuristics, and its playback commit policy: any is taken (vLLM-Omni normalizes an
+     # unknown one, an older client's ``ack``, to its default); our ledger follows the acks under each.
+     "ref_audio", "overlap_short_ack_ms", "overlap_barge_in_ms", "overlap_silence_rms", "playback_commit_policy"}
 )
 #: Fields with a type check and nothing else to apply: value type.
 _CHECKED_ONLY: dict[str, tuple[type, ...]] = {
@@ -38,6 +39,7 @@ _CHECKED_ONLY: dict[str, tuple[type, ...]] = {
     "overlap_short_ack_ms": (int, float),
     "overlap_barge_in_ms": (int, float),
     "overlap_silence_rms": (int, float),
+    "playback_commit_policy": (str,),
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -50,7 +52,6 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "turn_detection": (dict, type(None)),
     "overlap_policy": (str,),
     "extra_body": (dict,),
-    "playback_commit_policy": (str,),
     "idle_timeout_s": (int, float),
 }
 
@@ -89,9 +90,6 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             raise ProtocolError("invalid_field", f"overlap_policy must be one of "
                                 f"{list(OVERLAP_POLICIES) + list(OMNI_OVERLAP_POLICIES)}")
         changes["overlap_policy"] = policy
-    # Any playback_commit_policy is taken: vLLM-Omni normalizes an unknown one (an older client's
-    # ``ack``) to its default, commit_all_on_done; our ledger follows the acks under either.
-    changes.pop("playback_commit_policy", None)
     if "idle_timeout_s" in changes and not changes.pop("idle_timeout_s") > 0:
         raise ProtocolError("invalid_field", "idle_timeout_s must be a positive number of seconds")
     if "modalities" in changes:

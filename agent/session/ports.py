@@ -4,8 +4,8 @@ A conversation takes client events in wire order and yields server events.
 The local backend is our session runner with an in-process plugin; the remote
 backend is a vLLM-Omni duplex server. Transports see only this interface.
 
-Implementations name the port as their base, so the optional members (those
-with a body here) come with a default that does nothing.
+Implementations name the port as their base, so the optional members (their
+docstrings begin "Optional:") come with a default that does nothing.
 """
 
 from __future__ import annotations

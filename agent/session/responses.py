@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.core import SessionCore
@@ -56,6 +57,19 @@ _TURNS_REMEMBERED = 16
 WatchRequest = Callable[[str, int, "ActiveResponse | None"], None]
 
 
+def realtime_item(item_id: str, role: str, status: str, content: list[dict[str, object]]) -> dict[str, object]:
+    """A conversation item as the wire's events carry it (vLLM-Omni's ``realtime.item``)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": role, "status": status,
+            "content": content}
+
+
+def item_text(item: dict[str, Any]) -> str:
+    """The words of a client's conversation item: its parts' text (or transcripts), joined."""
+    parts = item.get("content") if isinstance(item.get("content"), list) else []
+    return " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
+                    if isinstance(part, dict)).strip()
+
+
 class ResponseManager:
     def __init__(self, core: SessionCore) -> None:
         self._core = core
@@ -79,8 +93,7 @@ class ResponseManager:
     def commit_user_item(self, item_id: str) -> None:
         """A committed user turn enters history, announced as vLLM-Omni does (added, created, committed, done)."""
         previous = self.add_user_item(item_id)
-        item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
-                "content": [{"type": "input_audio", "transcript": ""}]}
+        item = realtime_item(item_id, "user", "completed", [{"type": "input_audio", "transcript": ""}])
         emit = self._core.emit
         emit(p.ConversationItemAdded(item, previous))
         emit(p.ConversationItemCreated(item, previous))
@@ -145,8 +158,7 @@ class ResponseManager:
     @staticmethod
     def _assistant_item(response: ActiveResponse, status: str, transcript: str | None) -> dict[str, object]:
         content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
-        return {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-                "status": status, "content": content}
+        return realtime_item(response.item_id, "assistant", status, content)
 
     def _close_item(self, response: ActiveResponse, status: str) -> None:
         """vLLM-Omni's order before ``response.done``: the part, the output item, the conversation item."""
@@ -273,9 +285,7 @@ class ResponseManager:
         item = command.item
         item_id = item.get("id") if isinstance(item.get("id"), str) else self._core.new_id("item")
         role = str(item.get("role", "user"))
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
-        text = " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
-                        if isinstance(part, dict)).strip()
+        text = item_text(item)
         previous = self.history[-1].item_id if self.history else None
         self.history.append(HistoryItem(item_id, role, text))
         created = self._item_object(self.history[-1])
@@ -303,8 +313,7 @@ class ResponseManager:
     def _item_object(self, item: HistoryItem) -> dict[str, object]:
         part = {"type": "output_audio", "transcript": item.heard_text} if item.ledger is not None \
             else {"type": "input_text", "text": item.text}
-        return {"id": item.item_id, "object": "realtime.item", "type": "message", "role": item.role,
-                "status": "completed", "content": [part]}
+        return realtime_item(item.item_id, item.role, "completed", [part])
 
     def commit_model_context(self) -> None:
         """At a turn boundary, the model keeps only the assistant words the caller heard."""

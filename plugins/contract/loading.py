@@ -46,9 +46,7 @@ def duplex_plugin_type(path: str) -> type[DuplexModelPlugin]:
 
 def load_duplex_plugin(path: str, encode_audio: EncodeAudio) -> DuplexModelPlugin:
     """Import ``package.module.Class``, build it, and check it is a usable plugin."""
-    plugin = duplex_plugin_type(path)(encode_audio)
-    if not isinstance(plugin, DuplexModelPlugin):
-        raise TypeError(f"{path!r} is not a DuplexModelPlugin")
+    plugin = duplex_plugin_type(path)(encode_audio)  # a DuplexModelPlugin subclass, or TypeError there
     if not plugin.plugin_id:
         raise TypeError("Duplex plugin must declare plugin_id")
     if not isinstance(getattr(plugin, "data_plane", None), DuplexDataPlane):
