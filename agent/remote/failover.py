@@ -234,9 +234,9 @@ class FailoverConversation(Conversation):
             return
         self._closing = reason
         if self._held is not None:  # moving: there is no conversation to close, only the search
+            self._finish(p.SessionClosed(reason))  # before the cancel: the pump's own finish would end the events first
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-            self._finish(p.SessionClosed(reason))
             return
         await self._current.close(reason)
         await asyncio.gather(self._pump, return_exceptions=True)

@@ -218,6 +218,23 @@ async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_t
     assert closed.reason == "backend_lost"
 
 
+async def test_a_call_closed_while_it_looks_for_a_backend_ends_with_its_reason(served, pools):
+    only, other = await served(), await served()
+    pool = await pools(f"{only.url},{other.url}", lost_grace_s=60.0)
+    conversation = await pool.open()
+    seen: list[p.ServerEvent] = []
+    conversation.send(p.SessionUpdate({"turn_detection": None}))
+    ask(conversation)
+    await events_until(conversation, completed, seen)
+    await only.kill()
+    await other.kill()
+    error = await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    assert error.code == "backend_unavailable"  # moving, and still looking
+    await conversation.close("client_closed")
+    closed = await events_until(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
+    assert closed.reason == "client_closed"
+
+
 async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_over(served, pools, tmp_path):
     silent_sockets: list[asyncio.StreamWriter] = []
 
