@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.remote.conversation import RemoteConversation
+from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
 
@@ -58,22 +59,22 @@ _RETRY_S = 0.5
 class _Item:
     role: str
     text: str = ""
-    #: Assistant audio: its word marks, how much arrived, when the first arrived, what was acknowledged.
-    marks: list[tuple[str, float]] = field(default_factory=list)
+    #: Assistant audio: its text marks, how much arrived, when the first arrived, what was acknowledged.
+    marks: list[TextMark] = field(default_factory=list)
     received_ms: float = 0.0
     first_at: float | None = None
     heard_ms: float | None = None
     done: bool = False
 
     def heard_text(self, now: float) -> str:
-        """The words the caller heard: by the transport's ack, else by the time the audio has had to play."""
+        """The words heard (the ledger's ``text_heard_by``) by the ack, else by the time the audio had to play."""
         if self.role != "assistant" or not self.marks:
             return self.text
         heard = self.heard_ms
         if heard is None:
             heard = self.received_ms if self.first_at is None else min(self.received_ms,
                                                                         1000.0 * (now - self.first_at))
-        return " ".join(text for text, end_ms in self.marks if end_ms <= heard + 1.0)
+        return text_heard_by(self.marks, heard)
 
 
 class HeardHistory:
@@ -112,7 +113,8 @@ class HeardHistory:
             if isinstance(event, p.ResponseAudioDelta):
                 item.first_at = time.monotonic() if item.first_at is None else item.first_at
                 item.received_ms = max(item.received_ms, event.audio_start_ms + event.audio_ms)
-                item.marks.extend((str(m["text"]), float(m["end_ms"])) for m in event.marks)
+                item.marks.extend(TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"]))
+                                  for m in event.marks)
             elif isinstance(event, p.ResponseTranscriptDelta):
                 item.text += event.delta
             elif isinstance(event, p.ResponseTranscriptDone):

@@ -347,6 +347,29 @@ def test_the_history_a_new_backend_gets_is_what_the_caller_heard():
     assert [item["id"] for item in history.items()] == ["item_a1"]
 
 
+def test_a_reply_cut_inside_a_text_mark_keeps_the_words_the_ledger_says_were_heard():
+    """One mark can span several words (vLLM-Omni's span a chunk of text): a cut inside it keeps its heard share."""
+    from duplex_agent.agent.remote.failover import HeardHistory
+    from duplex_agent.agent.session.ledger import ResponseLedger, TextMark
+
+    history = HeardHistory()
+    ledger = ResponseLedger("resp_1", "item_a1")
+    history.server_event(p.ResponseCreated("resp_1", "item_a1"))
+    for n, text in enumerate(("a film at nine", " and one at ten")):
+        mark = {"text": text, "start_ms": 400.0 * n, "end_ms": 400.0 * (n + 1)}
+        history.server_event(p.ResponseAudioDelta("resp_1", "item_a1", np.zeros(9600, np.float32), 24000,
+                                                  400.0 * n, 400.0, [mark]))
+        ledger.record_audio(400.0, [TextMark(text, 0.0, 400.0)])
+    history.server_event(p.ResponseDone("resp_1", "completed"))
+    for played_ms, heard in ((250.0, "a film"), (700.0, "a film at nine and one at")):
+        history.client_event(p.PlaybackAck(played_ms=played_ms, response_id="resp_1", truncate=True))
+        ledger.acknowledge(played_ms)
+        ledger.interrupt()
+        assert ledger.heard_text() == heard
+        assert history.items() == [{"id": "item_a1", "type": "message", "role": "assistant",
+                                    "content": [{"type": "text", "text": heard}]}]
+
+
 def test_a_session_claimed_since_the_last_probe_was_asked_is_not_counted_free_twice():
     import time
 
