@@ -36,6 +36,7 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.remote.conversation import RemoteConversation
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
+from duplex_agent.agent.session.responses import item_text
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.remote")
@@ -105,7 +106,7 @@ class HeardHistory:
         elif isinstance(event, p.ConversationItemCreated):
             item_id = event.item.get("id")
             if isinstance(item_id, str) and item_id not in self._items:
-                self._add(item_id, _Item(str(event.item.get("role", "user")), _item_text(event.item)))
+                self._add(item_id, _Item(str(event.item.get("role", "user")), item_text(event.item)))
         elif isinstance(event, p.ResponseCreated):
             self._responses[event.response_id] = event.item_id
             self._add(event.item_id, _Item("assistant"))
@@ -165,12 +166,6 @@ def _keep(events: deque[p.ClientEvent], event: p.ClientEvent) -> None:
     if len(events) > _HELD_EVENTS:
         appends = [n for n, kept in enumerate(events) if isinstance(kept, p.InputAudioBufferAppend)]
         del events[appends[0] if appends else 0]
-
-
-def _item_text(item: dict[str, Any]) -> str:
-    parts = item.get("content") if isinstance(item.get("content"), list) else []
-    return " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
-                    if isinstance(part, dict)).strip()
 
 
 class FailoverConversation(Conversation):
