@@ -188,7 +188,6 @@ class FailoverConversation(Conversation):
         self._closing: str | None = None
         self._ended = asyncio.Event()
         self.moves = 0
-        self.moved_at: float | None = None  # when the latest move found its new backend (monotonic)
         self._pump = asyncio.create_task(self._run(), name=f"failover-{self._session_id}")
 
     # ---- the Conversation interface ----
@@ -312,7 +311,6 @@ class FailoverConversation(Conversation):
             _keep(self._unconfirmed, event)
         self._current, self._member = conversation, member
         self.moves += 1
-        self.moved_at = time.monotonic()
         metrics.BACKEND_FAILOVERS.inc()
         log.info("session %s: the call goes on on %s (%d history items)", self._session_id, member.url, len(items))
         return True
