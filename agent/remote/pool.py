@@ -261,22 +261,22 @@ class BackendPool(DuplexBackend):
         member, conversation = await self.place()
         return FailoverConversation(self, member, conversation, lost_grace_s=self.lost_grace_s)
 
-    def candidates(self, *, avoid: Member | None = None) -> list[Member]:
+    def candidates(self) -> list[Member]:
         """Members with room, most free sessions first, then the shortest round trip."""
         now = time.monotonic()
         with self._lock:
             if not self._admitting:
                 raise AdmissionError("this worker is shutting down", code="shutting_down")
-            scored = [(m.free_sessions(now), m.rtt_s(), n, m) for n, m in enumerate(self._members) if m is not avoid]
+            scored = [(m.free_sessions(now), m.rtt_s(), n, m) for n, m in enumerate(self._members)]
         scored = [entry for entry in scored if entry[0] > 0]
         scored.sort(key=lambda entry: (-entry[0], entry[1], entry[2]))
         return [entry[3] for entry in scored]
 
-    async def place(self, *, avoid: Member | None = None) -> tuple[Member, RemoteConversation]:
+    async def place(self) -> tuple[Member, RemoteConversation]:
         """A conversation on the best backend that takes one; AdmissionError when none does."""
         refused = False
         tried = 0
-        for member in self.candidates(avoid=avoid):
+        for member in self.candidates():
             tried += 1
             try:
                 conversation = await member.backend.open()
