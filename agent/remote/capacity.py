@@ -5,11 +5,11 @@ Three sources. Our own server publishes ``{"sessions", "max_sessions"}`` on
 ``/healthz``; its ``/health`` says only whether the engine is alive (200, or 503
 when it is dead: no free sessions). Beyond that a server is known by its
 refusals: a ``resource_exhausted`` marks it full until one of our sessions on it
-ends or ``refusal_hold_s`` passes. Sessions this worker claimed after the last probe was
-asked are taken off the published figure, so two calls placed within one probe interval do
-not both count the same free session. Each probe also times the round trip. The
-figures are read from any thread (a LiveKit worker's load function runs in an
-executor), so they are kept behind a lock.
+ends or ``refusal_hold_s`` passes. While a probe runs, sessions this worker claimed after it
+last asked are taken off the published figure, so two calls placed within one probe interval
+do not both count the same free session; with no probe running no claim is kept (none would
+ever be dropped). Each probe also times the round trip. The figures are read from any
+thread (a LiveKit worker's load function runs in an executor), so they are kept behind a lock.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class ServerCapacity:
         self._alive = True  # the last probe reached a live server (or none has run)
         self._rtt_s: float | None = None
         self._claims: list[float] = []  # when this worker claimed a session the last publication may not count
+        self._probes = 0  # probes running: only they drop claims, so only then are claims kept
 
     @property
     def free_sessions(self) -> int | None:
@@ -72,7 +73,8 @@ class ServerCapacity:
     def claimed(self) -> None:
         """This worker is opening a session there: one fewer free until a probe asked later says otherwise."""
         with self._lock:
-            self._claims.append(time.monotonic())
+            if self._probes:
+                self._claims.append(time.monotonic())
 
     def session_ended(self) -> None:
         with self._lock:
@@ -91,6 +93,15 @@ class ServerCapacity:
 
     async def probe(self, realtime_url: URL, headers: dict[str, str], interval_s: float = 1.0) -> None:
         """Read the server's capacity (``/healthz``, else vLLM-Omni's ``/health``) and round trip until cancelled."""
+        with self._lock:
+            self._probes += 1
+        try:
+            await self._read(realtime_url, headers, interval_s)
+        finally:
+            with self._lock:
+                self._probes -= 1
+
+    async def _read(self, realtime_url: URL, headers: dict[str, str], interval_s: float) -> None:
         url = health_url(realtime_url)
         async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=interval_s * 2)) as http:
             while True:

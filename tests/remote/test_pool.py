@@ -370,17 +370,44 @@ def test_a_reply_cut_inside_a_text_mark_keeps_the_words_the_ledger_says_were_hea
                                     "content": [{"type": "text", "text": heard}]}]
 
 
-def test_a_session_claimed_since_the_last_probe_was_asked_is_not_counted_free_twice():
-    import time
+async def test_a_session_claimed_since_the_probe_last_asked_is_not_counted_free_twice():
+    from yarl import URL
 
     from duplex_agent.agent.remote.capacity import ServerCapacity
 
+    asks: asyncio.Queue[asyncio.Future] = asyncio.Queue()
+
+    async def healthz(request: web.Request) -> web.Response:  # answered when the test says
+        answer = asyncio.get_running_loop().create_future()
+        asks.put_nowait(answer)
+        return web.json_response({"sessions": await answer, "max_sessions": 4})
+
+    async def next_ask() -> asyncio.Future:
+        return await asyncio.wait_for(asks.get(), 15)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
     capacity = ServerCapacity()
-    asked = time.monotonic()
-    capacity.published(2, asked_at=asked)
-    capacity.claimed()  # a call placed before the next probe: the published 2 does not know it
-    assert capacity.free_sessions == 1
-    capacity.published(1, asked_at=asked)  # a reading asked before the claim still lacks it
-    assert capacity.free_sessions == 0
-    capacity.published(1, asked_at=time.monotonic())  # asked after the claim: the server counts it
-    assert capacity.free_sessions == 1
+    for _ in range(1000):  # calls opened with no probe running (LiveKit's RemoteModelBackend starts none)
+        capacity.claimed()
+    assert capacity._claims == []  # nothing would ever drop them: none is kept
+    probe = asyncio.create_task(capacity.probe(URL(str(server.make_url("/v1/realtime?duplex=1"))), {},
+                                               interval_s=1.0))
+    try:
+        (await next_ask()).set_result(2)
+        await until(lambda: capacity.free_sessions == 2, "the first reading")
+        asked = await next_ask()
+        capacity.claimed()  # a call placed after the probe asked: its reading will not know it
+        assert capacity.free_sessions == 1
+        asked.set_result(3)  # one free on the server, by a reading asked before the claim: the claim still counts
+        await until(lambda: capacity.free_sessions == 0, "the reading that lacks the claim")
+        (await next_ask()).set_result(3)  # the same figure, asked after the claim: the server has counted it
+        await until(lambda: capacity.free_sessions == 1, "the reading that has the claim")
+    finally:
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+        while not asks.empty():  # a request the probe left behind
+            asks.get_nowait().set_result(0)
+        await server.close()
