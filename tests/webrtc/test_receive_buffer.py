@@ -14,8 +14,11 @@ from devtools.rtp_stream import FRAME_S, deliver, opus_packets, play
 from duplex_agent.webrtc.direct.libopus import OpusDecoder, packet_has_fec
 from duplex_agent.webrtc.direct.receive_buffer import (
     FRAME_SAMPLES,
+    LATE_DECAY,
+    LATE_HOLD_S,
     MAX_TARGET_DELAY_S,
     OPEN_HOLE_GRACE_S,
+    ReceiveBuffer,
 )
 
 SENTENCE = "Could you tell me what the weather is like in Paris this weekend?"
@@ -316,3 +319,38 @@ def test_a_flood_of_packets_is_bounded():
     stream, buffer, _ = _broken(flood)
     assert len(buffer._pending) <= 256  # noqa: SLF001
     assert buffer.counts.late > 0
+
+
+def test_stragglers_raise_the_target_until_they_come_in_time_and_it_shrinks_back_when_calm():
+    """One packet in 80 comes 80 ms late on a steady path: too rare for the spread's percentile
+    (2 %), so the buffer as it was dropped every one. Learning from the first late one, the target
+    covers them (within the bound) and the rest are put in place; the target shrinks back once the
+    stragglers stop."""
+    stream = opus_packets(np.tile(_speech(), 15))
+    deliver(stream, delay_s=0.01, jitter_s=0.002, seed=6)
+    stragglers = range(40, len(stream) // 3, 80)
+    for i in stragglers:
+        stream[i].arrival += 0.08
+    calm_from = stream[stragglers[-1]].arrival
+    assert stream[-1].arrival - calm_from > LATE_HOLD_S + 0.1 / LATE_DECAY  # long enough to shrink back
+
+    before, _ = play(stream, until=calm_from + 0.5, make=functools.partial(ReceiveBuffer, learn_from_late=False))
+    assert before.counts.late == len(stragglers)
+
+    learning, _ = play(stream, until=calm_from + 0.5)
+    assert learning.counts.late <= 1  # the first teaches the buffer; the later ones find their place
+    assert learning.counts.reordered >= len(stragglers) - 1
+    assert 0.085 <= learning.target_delay_s <= MAX_TARGET_DELAY_S
+    assert np.percentile(learning.delays_s, 95) <= FRAME_S  # only the frames behind a straggler waited
+
+    calmed, _ = play(stream)
+    assert calmed.counts.late == learning.counts.late
+    assert calmed.target_delay_s < FRAME_S + 0.01  # back to about a frame on the calm path
+
+
+def test_a_packet_later_than_any_target_allowed_teaches_nothing():
+    stream = deliver(packets(), delay_s=0.01, jitter_s=0.001)
+    stream[len(stream) // 2].arrival += 0.5
+    buffer, _ = play(stream)
+    assert buffer.counts.late == 1
+    assert buffer.target_delay_s < FRAME_S + 0.01
