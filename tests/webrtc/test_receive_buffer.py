@@ -257,6 +257,8 @@ def test_garbage_and_empty_payloads_are_counted_and_concealed():
 
 
 def test_truncated_opus_packets_never_break_the_stream():
+    """Single frames cut to 1-4 bytes: libopus decodes them (a frame cut short cannot be told from a
+    short one), and the stream goes on exactly."""
     def truncate(stream):
         for i in range(40, 50):
             stream[i].payload = stream[i].payload[: 1 + i % 4]
@@ -264,6 +266,24 @@ def test_truncated_opus_packets_never_break_the_stream():
     stream, buffer, playback = _broken(truncate)
     accounted(buffer, len(stream))
     assert playback.outcomes[50:] == ["received"] * (len(stream) - 50)
+
+
+def test_truncated_packets_of_several_frames_are_counted_and_concealed_without_shifting_the_timeline():
+    """A packet of two frames cut short after its header: its header still says 40 ms, its frame
+    lengths run past its end. It is not Opus, and its 20 ms place is concealed, no more (taking
+    the header's 40 ms would insert 20 ms into the caller's timeline each time)."""
+    cut = range(40, 50, 3)
+
+    def truncate(stream):
+        for i in cut:
+            payload = stream[i].payload  # code 3 (frame count follows), VBR, 2 frames, the first 120 bytes
+            stream[i].payload = bytes([payload[0] | 0x3, 0x80 | 2, 120]) + payload[1:11]
+
+    stream, buffer, playback = _broken(truncate)
+    accounted(buffer, len(stream))
+    assert buffer.counts.invalid == len(cut) and buffer.counts.timestamp_jumps == 0
+    assert [playback.outcomes[i] for i in cut] == ["concealed"] * len(cut)
+    assert buffer.counts.received == len(stream) - len(cut)
 
 
 def test_a_sequence_number_jump_of_thousands_is_counted_and_nothing_is_lost():
