@@ -48,7 +48,7 @@ BUFFERS = {"ours": ReceiveBuffer, "before": functools.partial(ReceiveBuffer, lea
 
 
 def delay_stragglers(stream, every: int, late_s: float) -> None:
-    """Every ``every``-th packet (from the 10th) comes ``late_s`` later: rarer than a percentile sees."""
+    """Every ``every``-th packet (from the 10th) comes ``late_s`` later than the path puts it."""
     for packet in stream[10::every]:
         if packet.arrival is not None:
             packet.arrival += late_s
