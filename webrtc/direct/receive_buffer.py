@@ -14,7 +14,8 @@ packet is there and carries it, else by libopus's concealment. A packet that com
 after its place was filled is dropped as late, and is evidence that the target is too
 small for this path: the target is raised to cover how late it came (within the bound;
 one later than the bound teaches nothing), held there ``LATE_HOLD_S`` after the last
-such packet, then shrunk back by ``LATE_DECAY`` while none comes (the network calmed).
+packet that needed it (late, or put in place only thanks to it), then shrunk back by
+``LATE_DECAY`` while none comes (the network calmed).
 The percentile alone misses stragglers rarer than 2 %, and knows little in a stream's
 first packets. A hole with no packet after it yet (the stream has stopped, or is late
 as a whole) waits ``OPEN_HOLE_GRACE_S`` longer.
@@ -59,7 +60,8 @@ MIN_MARGIN_S = 0.005
 #: this far behind the clock, and catches up when they return.
 OPEN_HOLE_GRACE_S = 0.5
 #: After a packet that came too late, the target covers its lateness plus MIN_MARGIN_S for this
-#: long, then shrinks back by LATE_DECAY seconds per second (40 ms learned are gone 18 s later).
+#: long after the last packet that needed it, then shrinks back by LATE_DECAY seconds per second
+#: (40 ms above the jitter's target are gone 18 s after the last straggler).
 LATE_HOLD_S = 10.0
 LATE_DECAY = 0.005
 #: A packet this far from where the wall clock puts the stream restarts it.
