@@ -52,8 +52,8 @@ def media_timeouts(link: ImpairedLink) -> float:
 def test_a_blackout_shorter_than_the_media_timeout_keeps_the_call(call_rig):
     link, caller, worker = call_rig
     link.impair()
+    connect(caller, worker)  # (it waits until the worker serves)
     before = media_timeouts(link)
-    connect(caller, worker)
     try:
         link.blackout(BLACKOUT_S)
         assert link.wait_flowing(30), "no packets both ways after the blackout"
@@ -71,8 +71,8 @@ def test_a_blackout_longer_than_the_media_timeout_ends_the_call_with_that_reason
     the reason waits in SCTP for acks that cannot come, and the worker's close aborts it."""
     link, caller, worker = call_rig
     link.impair()
+    connect(caller, worker)  # (it waits until the worker serves)
     before = media_timeouts(link)
-    connect(caller, worker)
     try:
         started = time.monotonic()
         link.blackout(2 * TIMEOUT_S)
