@@ -3,10 +3,11 @@
 Real Opus packets (libopus, in-band FEC planned for 10 % loss, as our sender and browsers
 send them) of Piper's speech, given arrival times by a simulated network (path delay,
 uniform jitter that reorders, random or Gilbert-Elliott burst loss), fed in arrival order
-to our ``ReceiveBuffer`` (drained at its deadlines) and to aiortc's audio
+to our ``ReceiveBuffer`` (drained at its deadlines), to ours as it was before it learned from
+late packets (``before``: ``learn_from_late=False``) and to aiortc's audio
 ``JitterBuffer(16, prefetch=4)``. Per condition and buffer: the share of the caller's 20 ms
 frames the call path got from their own packet, recovered from FEC, concealed, or never
-got at all (aiortc's leaves the gap empty); the delay from a packet's arrival to its
+got at all (aiortc's leaves the gap empty); the packets ours dropped as too late; the delay from a packet's arrival to its
 frame being handed on (p50/p95); and the lag (p95) of every frame handed on, concealed
 ones included, behind where a perfect network would have put it (sent + path delay).
 Figures from a simulated clock: no machine load in them.
@@ -17,6 +18,7 @@ Run: python -m bench.receive_buffer [--runs 8]
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 from aiortc.jitterbuffer import JitterBuffer
@@ -25,6 +27,7 @@ from aiortc.rtp import RtpPacket as AiortcPacket
 from bench.stats import percentile
 from devtools.rtp_stream import deliver, opus_packets, play
 from devtools.speech import speak
+from duplex_agent.webrtc.direct.receive_buffer import ReceiveBuffer
 
 SENTENCES = ("Could you tell me what the weather is like in Paris this weekend?",
              "Please book a table for two people tonight at the little Italian place.")
@@ -35,7 +38,20 @@ CONDITIONS = {
     "3 % loss, 40 +- 15 ms": dict(delay_s=0.04, jitter_s=0.015, loss=0.03),
     "10 % loss": dict(delay_s=0.01, jitter_s=0.0005, loss=0.10),
     "bursts (GE 1 %/20 %)": dict(delay_s=0.01, jitter_s=0.0005, bursts=(0.01, 0.2)),
+    "~25 % reordered, 40 +- 30": dict(delay_s=0.04, jitter_s=0.03),
+    "stragglers 1 in 40, +80 ms": dict(delay_s=0.01, jitter_s=0.0005, stragglers=(40, 0.08)),
 }
+#: Issue 20's bound on what our buffer adds (arrival to handoff, p95), in ms, per condition.
+DELAY_BOUNDS_MS = {"clean (10 ms path)": 40, "40 +- 15 ms jitter": 100}
+#: Our buffer now, ours before it learned from late packets, aiortc's.
+BUFFERS = {"ours": ReceiveBuffer, "before": functools.partial(ReceiveBuffer, learn_from_late=False), "aiortc": None}
+
+
+def delay_stragglers(stream, every: int, late_s: float) -> None:
+    """Every ``every``-th packet (from the 10th) comes ``late_s`` later than the path puts it."""
+    for packet in stream[10::every]:
+        if packet.arrival is not None:
+            packet.arrival += late_s
 
 
 def aiortc_buffer(stream, path_s: float) -> tuple[int, list[float], list[float]]:
@@ -56,42 +72,61 @@ def aiortc_buffer(stream, path_s: float) -> tuple[int, list[float], list[float]]
     return handed, delays, lags
 
 
-def run(runs: int) -> None:
+def run(runs: int) -> dict[str, float]:
+    """Print the table; our buffer's delay p95 (ms) per condition."""
+    ours_p95 = {}
     speech = [speak(text, 48000, before_ms=200, after_ms=200) for text in SENTENCES]
-    print(f"{'condition':24} {'buffer':8} {'own pkt':>8} {'FEC':>6} {'PLC':>6} {'missing':>8} "
+    print(f"{'condition':26} {'buffer':7} {'own pkt':>8} {'FEC':>6} {'PLC':>6} {'missing':>8} {'late':>6} "
           f"{'delay p50':>10} {'p95':>7} {'lag p95':>8}  lost packets")
-    for name, network in CONDITIONS.items():
-        totals = {"ours": [0, 0, 0, 0], "aiortc": [0, 0, 0, 0]}
-        delays: dict[str, list[float]] = {"ours": [], "aiortc": []}
-        lags: dict[str, list[float]] = {"ours": [], "aiortc": []}
+    for name, condition in CONDITIONS.items():
+        network = {k: v for k, v in condition.items() if k != "stragglers"}
+        totals = {which: [0, 0, 0, 0, 0] for which in BUFFERS}
+        delays: dict[str, list[float]] = {which: [] for which in BUFFERS}
+        lags: dict[str, list[float]] = {which: [] for which in BUFFERS}
         lost = frames = 0
         for seed in range(runs):
             stream = deliver(opus_packets(speech[seed % len(speech)]), seed=seed, **network)
+            if "stragglers" in condition:
+                delay_stragglers(stream, *condition["stragglers"])
             frames += len(stream)
             lost += sum(p.arrival is None for p in stream)
-            buffer, playback = play(stream, until=stream[-1].sent + 1.0, frames=len(stream))
-            c = buffer.counts
-            totals["ours"] = [a + b for a, b in zip(totals["ours"], [c.received, c.recovered, c.concealed,
-                              len(stream) - c.received - c.recovered - c.concealed], strict=True)]
-            delays["ours"] += [1000 * d for d in buffer.delays_s]
-            lags["ours"] += [1000 * (at - p.sent - network["delay_s"]) for at, p in zip(playback.handed_at, stream)]
+            for which, make in BUFFERS.items():
+                if make is None:
+                    continue
+                buffer, playback = play(stream, until=stream[-1].sent + 1.0, frames=len(stream), make=make)
+                c = buffer.counts
+                totals[which] = [a + b for a, b in zip(totals[which], [
+                    c.received, c.recovered, c.concealed, len(stream) - c.received - c.recovered - c.concealed,
+                    c.late], strict=True)]
+                delays[which] += [1000 * d for d in buffer.delays_s]
+                lags[which] += [1000 * (at - p.sent - network["delay_s"]) for at, p in zip(playback.handed_at, stream)]
             handed, theirs, their_lags = aiortc_buffer(stream, network["delay_s"])
             totals["aiortc"][0] += handed
             totals["aiortc"][3] += len(stream) - handed
             delays["aiortc"] += [1000 * d for d in theirs]
             lags["aiortc"] += [1000 * lag for lag in their_lags]
-        for which in ("ours", "aiortc"):
-            own, fec, plc, missing = (100 * n / frames for n in totals[which])
+        for which in BUFFERS:
+            own, fec, plc, missing, late = (100 * n / frames for n in totals[which])
             d = delays[which]
-            print(f"{name:24} {which:8} {own:7.1f}% {fec:5.1f}% {plc:5.1f}% {missing:7.1f}% "
+            late_text = "-" if BUFFERS[which] is None else f"{late:.1f}%"
+            if which == "ours":
+                ours_p95[name] = percentile(d, 95)
+            print(f"{name:26} {which:7} {own:7.1f}% {fec:5.1f}% {plc:5.1f}% {missing:7.1f}% {late_text:>6} "
                   f"{statistics.median(d):7.1f} ms {percentile(d, 95):5.1f} ms {percentile(lags[which], 95):5.1f} ms"
                   f"  {100 * lost / frames:.1f} %")
+    return ours_p95
+
+
+def print_bounds(ours_p95: dict[str, float]) -> None:
+    for name, bound in DELAY_BOUNDS_MS.items():
+        verdict = "holds" if ours_p95[name] <= bound else "EXCEEDED"
+        print(f"issue 20's bound, {name}: our buffer adds {ours_p95[name]:.1f} ms p95 (at most {bound} ms): {verdict}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=8, help="streams per condition (default 8)")
-    run(parser.parse_args().runs)
+    print_bounds(run(parser.parse_args().runs))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
     "receive_buffer": SettingFlag(NETWORK, PAGE, "the caller's receive buffer on direct WebRTC peers: adaptive "
                                                  "(jitter-following delay, Opus FEC, concealment) or aiortc's own",
                                   ("adaptive", "aiortc")),
+    "media_timeout": SettingFlag(NETWORK, PAGE, "seconds without the caller's audio packets after which a direct "
+                                                "WebRTC call is ended with reason media_timeout (0: never)"),
     "webrtc": SettingFlag(NETWORK, (SERVE,), "serve the page and WebRTC signaling; --no-webrtc: only the "
                                              "realtime websocket, /healthz and /metrics (no aiortc or PyAV needed)"),
     "tls_cert": SettingFlag(NETWORK, (*PAGE, TOKEN), "PEM certificate chain: serve HTTPS/WSS (with --tls-key)"),

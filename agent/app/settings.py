@@ -84,6 +84,9 @@ class Settings:
     #: The caller's receive buffer on direct WebRTC peers: adaptive (ours: jitter-following delay,
     #: Opus in-band FEC, libopus concealment) or aiortc (aiortc's own, to compare).
     receive_buffer: str = "adaptive"
+    #: Seconds without the caller's RTP after which a direct WebRTC call is ended (error and
+    #: session.closed ``media_timeout`` on its data channel); 0: never.
+    media_timeout: float = 20.0
     #: Serve the page and WebRTC signaling; --no-webrtc serves the realtime websocket, /healthz and
     #: /metrics only (no aiortc, PyAV or LiveKit SDK needed: a GPU host that carries few wheels).
     webrtc: bool = True

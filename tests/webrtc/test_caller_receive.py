@@ -1,7 +1,7 @@
 """The caller's receive path on a real aiortc connection: our buffer serves the call by default,
-aiortc's on request; its figures reach /metrics per call and in total; garbage payloads from
-a real sender are counted and concealed while the call goes on; the caller's receiver
-reports set the agent's FEC."""
+aiortc's on request; its figures reach /metrics per call and in total; garbage payloads, an
+SSRC change, a sequence jump of thousands and a timestamp wrap from a real sender are counted
+(and concealed) while the call goes on; the caller's receiver reports set the agent's FEC."""
 
 from __future__ import annotations
 
@@ -206,6 +206,67 @@ async def test_a_caller_silent_for_3_s_is_heard_again_when_packets_return(host_a
         assert not session.closed and client.pc.connectionState == "connected"
         heard = client.loud_frames()
         await wait_for(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed again")
+    finally:
+        await client.close()
+        await http.close()
+
+
+class RtpRewriter:
+    """The caller's RTP as it leaves (plain, before SRTP): from packet ``start`` on, its sequence
+    numbers jump by ``sequence_jump``, its SSRC becomes ``ssrc``; every timestamp is shifted so
+    that the 32-bit RTP clock wraps ``wrap_after`` packets in."""
+
+    def __init__(self, sender, *, start: int, sequence_jump: int, ssrc: int, wrap_after: int) -> None:
+        self.start, self.sequence_jump, self.ssrc, self.wrap_after = start, sequence_jump, ssrc, wrap_after
+        self.sent = 0
+        self.wrapped = False  # a timestamp went out smaller than the one before it
+        self._shift: int | None = None
+        self._last_timestamp = -1
+        transport = sender.transport
+        send = transport._send_rtp
+        transport._send_rtp = lambda data: send(self.rewrite(data))
+
+    def rewrite(self, data: bytes) -> bytes:
+        if len(data) < 12 or 192 <= data[1] <= 223:  # RTCP (payload types 192-223) goes as it is
+            return data
+        packet = bytearray(data)
+        timestamp = int.from_bytes(packet[4:8], "big")
+        if self._shift is None:
+            self._shift = (1 << 32) - timestamp - self.wrap_after * 960
+        shifted = (timestamp + self._shift) % (1 << 32)
+        self.wrapped |= shifted < self._last_timestamp
+        self._last_timestamp = shifted
+        packet[4:8] = shifted.to_bytes(4, "big")
+        if self.sent >= self.start:
+            sequence = (int.from_bytes(packet[2:4], "big") + self.sequence_jump) % (1 << 16)
+            packet[2:4] = sequence.to_bytes(2, "big")
+            packet[8:12] = self.ssrc.to_bytes(4, "big")
+        self.sent += 1
+        return bytes(packet)
+
+
+async def test_a_real_senders_ssrc_change_sequence_jump_and_timestamp_wrap_are_counted_and_the_call_goes_on(
+        host_address):
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    rewriter = RtpRewriter(client.pc.getSenders()[0], start=100, sequence_jump=5000, ssrc=0x5EED, wrap_after=50)
+    try:
+        await client.connect(http)
+        await wait_for(lambda: rewriter.sent > 250, 30, "the caller to send past the wrap, the jump and the change")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        counts = session.caller_reader.buffer.counts
+        assert rewriter.wrapped
+        await wait_for(lambda: counts.received >= 200, 20, "the caller's packets on both sides of the change")
+        assert counts.ssrc_changes == 1
+        assert counts.sequence_jumps >= 1
+        assert counts.invalid == 0
+        assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
+        assert session.closed is False and client.pc.connectionState == "connected"
+        heard = client.loud_frames()
+        await wait_for(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed after the change")
+        await wait_for(lambda: _input_ms(backend.conversations[0]) >= 4000, 20,
+                       "4 s of the caller's timeline at the conversation")
     finally:
         await client.close()
         await http.close()

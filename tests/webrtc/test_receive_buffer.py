@@ -14,8 +14,11 @@ from devtools.rtp_stream import FRAME_S, deliver, opus_packets, play
 from duplex_agent.webrtc.direct.libopus import OpusDecoder, packet_has_fec
 from duplex_agent.webrtc.direct.receive_buffer import (
     FRAME_SAMPLES,
+    LATE_DECAY,
+    LATE_HOLD_S,
     MAX_TARGET_DELAY_S,
     OPEN_HOLE_GRACE_S,
+    ReceiveBuffer,
 )
 
 SENTENCE = "Could you tell me what the weather is like in Paris this weekend?"
@@ -254,6 +257,8 @@ def test_garbage_and_empty_payloads_are_counted_and_concealed():
 
 
 def test_truncated_opus_packets_never_break_the_stream():
+    """Single frames cut to 1-4 bytes: libopus decodes them (a frame cut short cannot be told from a
+    short one), and the stream goes on exactly."""
     def truncate(stream):
         for i in range(40, 50):
             stream[i].payload = stream[i].payload[: 1 + i % 4]
@@ -261,6 +266,24 @@ def test_truncated_opus_packets_never_break_the_stream():
     stream, buffer, playback = _broken(truncate)
     accounted(buffer, len(stream))
     assert playback.outcomes[50:] == ["received"] * (len(stream) - 50)
+
+
+def test_truncated_packets_of_several_frames_are_counted_and_concealed_without_shifting_the_timeline():
+    """A packet of two frames cut short after its header: its header still says 40 ms, its frame
+    lengths run past its end. It is not Opus, and its 20 ms place is concealed, no more (taking
+    the header's 40 ms would insert 20 ms into the caller's timeline each time)."""
+    cut = range(40, 50, 3)
+
+    def truncate(stream):
+        for i in cut:
+            payload = stream[i].payload  # code 3 (frame count follows), VBR, 2 frames, the first 120 bytes
+            stream[i].payload = bytes([payload[0] | 0x3, 0x80 | 2, 120]) + payload[1:11]
+
+    stream, buffer, playback = _broken(truncate)
+    accounted(buffer, len(stream))
+    assert buffer.counts.invalid == len(cut) and buffer.counts.timestamp_jumps == 0
+    assert [playback.outcomes[i] for i in cut] == ["concealed"] * len(cut)
+    assert buffer.counts.received == len(stream) - len(cut)
 
 
 def test_a_sequence_number_jump_of_thousands_is_counted_and_nothing_is_lost():
@@ -316,3 +339,38 @@ def test_a_flood_of_packets_is_bounded():
     stream, buffer, _ = _broken(flood)
     assert len(buffer._pending) <= 256  # noqa: SLF001
     assert buffer.counts.late > 0
+
+
+def test_stragglers_raise_the_target_until_they_come_in_time_and_it_shrinks_back_when_calm():
+    """One packet in 80 comes 80 ms late on a steady path: too rare for the spread's percentile
+    (2 %), so the buffer as it was dropped every one. Learning from the first late one, the target
+    covers them (within the bound) and the rest are put in place; the target shrinks back once the
+    stragglers stop."""
+    stream = opus_packets(np.tile(_speech(), 15))
+    deliver(stream, delay_s=0.01, jitter_s=0.002, seed=6)
+    stragglers = range(40, len(stream) // 3, 80)
+    for i in stragglers:
+        stream[i].arrival += 0.08
+    calm_from = stream[stragglers[-1]].arrival
+    assert stream[-1].arrival - calm_from > LATE_HOLD_S + 0.1 / LATE_DECAY  # long enough to shrink back
+
+    before, _ = play(stream, until=calm_from + 0.5, make=functools.partial(ReceiveBuffer, learn_from_late=False))
+    assert before.counts.late == len(stragglers)
+
+    learning, _ = play(stream, until=calm_from + 0.5)
+    assert learning.counts.late <= 1  # the first teaches the buffer; the later ones find their place
+    assert learning.counts.reordered >= len(stragglers) - 1
+    assert 0.085 <= learning.target_delay_s <= MAX_TARGET_DELAY_S
+    assert np.percentile(learning.delays_s, 95) <= FRAME_S  # only the frames behind a straggler waited
+
+    calmed, _ = play(stream)
+    assert calmed.counts.late == learning.counts.late
+    assert calmed.target_delay_s < FRAME_S + 0.01  # back to about a frame on the calm path
+
+
+def test_a_packet_later_than_any_target_allowed_teaches_nothing():
+    stream = deliver(packets(), delay_s=0.01, jitter_s=0.001)
+    stream[len(stream) // 2].arrival += 0.5
+    buffer, _ = play(stream)
+    assert buffer.counts.late == 1
+    assert buffer.target_delay_s < FRAME_S + 0.01

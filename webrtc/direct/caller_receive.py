@@ -51,6 +51,7 @@ class AdaptiveCallerAudioReader:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._hold_until: float | None = None  # a late timer waits for queued packets until then
+        self.last_packet_at: float | None = None  # the loop's clock at the caller's last packet (media timeout)
         self.buffer = ReceiveBuffer(self._hand_on, on_frame=_record_delay)
         take_packets(receiver, self)
         take_decoder_queue(receiver, self)
@@ -68,9 +69,9 @@ class AdaptiveCallerAudioReader:
     def add(self, packet: RtpPacket) -> tuple[bool, None]:
         """An RTP packet from aiortc's receiver (in its jitter buffer's place): no PLI, no frame for its decoder."""
         if not self._stopped.is_set():
+            self.last_packet_at = now = self._loop.time()
             try:
-                self.buffer.push(packet.ssrc, packet.sequence_number, packet.timestamp, packet.payload,
-                                 self._loop.time())
+                self.buffer.push(packet.ssrc, packet.sequence_number, packet.timestamp, packet.payload, now)
             except Exception:  # a bad packet must not end the receiver's task: it is counted and the call goes on
                 logger.exception("caller packet failed in the receive buffer")
             self._schedule()

@@ -19,6 +19,8 @@ import numpy as np
 SAMPLE_RATE = 48000
 #: The longest Opus packet: 120 ms at 48 kHz.
 MAX_FRAME_SAMPLES = 5760
+#: The most frames one Opus packet holds (120 ms of 2.5 ms frames).
+_MAX_FRAMES = 48
 #: opus_encoder_create's application for speech.
 APPLICATION_VOIP = 2048
 _MAX_PACKET_BYTES = 1500
@@ -71,6 +73,8 @@ def library() -> ctypes.CDLL:
     lib.opus_decode_float.argtypes = [p, b, ctypes.c_int32, f, i, i]
     lib.opus_packet_get_nb_samples.restype = i
     lib.opus_packet_get_nb_samples.argtypes = [b, ctypes.c_int32, ctypes.c_int32]
+    lib.opus_packet_parse.restype = i
+    lib.opus_packet_parse.argtypes = [b, ctypes.c_int32, p, p, ctypes.POINTER(ctypes.c_int16), p]
     lib.opus_encoder_create.restype, lib.opus_encoder_create.argtypes = p, [ctypes.c_int32, i, i, err]
     lib.opus_encoder_destroy.argtypes = [p]
     lib.opus_encode.restype = ctypes.c_int32
@@ -86,10 +90,16 @@ def version() -> str:
 
 
 def packet_samples(packet: bytes) -> int:
-    """The packet's duration in samples at 48 kHz (OpusError for a packet that does not parse)."""
-    n = library().opus_packet_get_nb_samples(packet, len(packet), SAMPLE_RATE) if packet else -4
+    """The packet's duration in samples at 48 kHz (OpusError for a packet that does not parse: its
+    header, or frame lengths that run past its end, as when a packet of several frames is cut short;
+    a single frame cut short cannot be told from a short one)."""
+    lib = library()
+    n = lib.opus_packet_get_nb_samples(packet, len(packet), SAMPLE_RATE) if packet else -4
     if n <= 0 or n > MAX_FRAME_SAMPLES:
         raise OpusError("packet does not parse", n if n <= 0 else -4)
+    frames = lib.opus_packet_parse(packet, len(packet), None, None, (ctypes.c_int16 * _MAX_FRAMES)(), None)
+    if frames <= 0:
+        raise OpusError("packet does not parse", frames if frames < 0 else -4)
     return n
 
 

@@ -1,8 +1,12 @@
 """One browser peer: an aiortc connection bound to one duplex conversation.
 
 The session owns everything it starts (the caller reader, the playout track and
-the loss follower that sets its FEC, the metrics ticker, the connect deadline)
-and closes it all, with the conversation, when the peer goes.
+the loss follower that sets its FEC, the metrics ticker, the connect deadline, the
+media timeout) and closes it all, with the conversation, when the peer goes.
+
+A caller whose RTP stops for ``media_timeout_s`` once connected (0: never) is told
+why on the data channel (``error`` ``media_timeout``, then ``session.closed`` with
+that reason) and the call ends; packets that return sooner keep the call.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from duplex_agent.agent.protocol.events import (
     ProtocolError,
     ResponseTranscriptDelta,
     ServerEvent,
+    SessionClosed,
     SessionUpdate,
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
+from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
@@ -48,6 +54,9 @@ _MAX_PAGE_MESSAGE = 16 * 1024
 #: The caller's receive buffer: ours (adaptive, FEC and concealment), or aiortc's own (to compare);
 #: register_webrtc_routes refuses any other.
 RECEIVE_BUFFERS = ("adaptive", "aiortc")
+#: Seconds without the caller's RTP that end a direct call (the ``media_timeout`` setting's default).
+DEFAULT_MEDIA_TIMEOUT_S = 20.0
+MEDIA_TIMEOUT = "media_timeout"
 
 
 class PeerSession:
@@ -60,6 +69,7 @@ class PeerSession:
         on_finished: Callable[[PeerSession, str], None],
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
         receive_buffer: str = RECEIVE_BUFFERS[0],
+        media_timeout_s: float = DEFAULT_MEDIA_TIMEOUT_S,
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
@@ -74,6 +84,8 @@ class PeerSession:
         self.loss_follower = LossFollower(self.playout_track.encoder)
         self.receive_buffer = receive_buffer
         self.caller_reader: AdaptiveCallerAudioReader | CallerAudioReader | None = None
+        self.media_timeout_s = media_timeout_s
+        self._media_watch: MediaWatchdog | None = None
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
@@ -110,6 +122,8 @@ class PeerSession:
                 await task
             except asyncio.CancelledError:
                 pass
+        if self._media_watch is not None:
+            self._media_watch.close()
         if self.caller_reader is not None:
             await self.caller_reader.close()
         await self.audio.close()
@@ -135,6 +149,12 @@ class PeerSession:
         else:
             self.caller_reader = AdaptiveCallerAudioReader(receiver, self.audio.push_caller_frame,
                                                            call_id=self.pc_id, on_ended=on_ended)
+        if self.media_timeout_s > 0:
+            reader = self.caller_reader
+            self._media_watch = MediaWatchdog(self.media_timeout_s, lambda: reader.last_packet_at,
+                                              self._media_timed_out)
+            if self.pc.connectionState == "connected":
+                self._media_watch.start()
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:
@@ -150,8 +170,18 @@ class PeerSession:
             channel.on("open", self._send_metrics_now)
 
     def _on_connection_state(self) -> None:
+        if self.pc.connectionState == "connected" and self._media_watch is not None:
+            self._media_watch.start()  # the caller's media is due from now (a slow connect is connect_timeout's)
         if self.pc.connectionState in ("failed", "closed"):
             self.finish(f"connection_{self.pc.connectionState}")
+
+    def _media_timed_out(self) -> None:
+        """No RTP from the caller for the media timeout: say why (the page shows it), then hang up."""
+        logger.warning("peer %s: no audio from the caller for %g s, ending the call", self.pc_id, self.media_timeout_s)
+        self._forward_event(ErrorEvent.of(MEDIA_TIMEOUT, f"no audio from the caller for {self.media_timeout_s:g} s: "
+                                          "the call is ended", error_type="server_error"))
+        self._forward_event(SessionClosed(MEDIA_TIMEOUT))
+        self.finish(MEDIA_TIMEOUT)
 
     async def _connect_deadline(self) -> None:
         await asyncio.sleep(CONNECT_TIMEOUT_S)

@@ -11,8 +11,14 @@ interarrival jitter estimate and how late the latest 2 % of recent packets came
 (at least 5 ms; at most ``MAX_TARGET_DELAY_S`` in all). At the deadline the hole is
 filled with exactly its own duration: from the next packet's in-band FEC when that
 packet is there and carries it, else by libopus's concealment. A packet that comes
-after its place was filled is dropped as late. A hole with no packet after it yet (the
-stream has stopped, or is late as a whole) waits ``OPEN_HOLE_GRACE_S`` longer.
+after its place was filled is dropped as late, and is evidence that the target is too
+small for this path: the target is raised to cover how late it came (within the bound;
+one later than the bound teaches nothing), held there ``LATE_HOLD_S`` after the last
+packet that needed it (late, or put in place only thanks to it), then shrunk back by
+``LATE_DECAY`` while none comes (the network calmed).
+The percentile alone misses stragglers rarer than 2 %, and knows little in a stream's
+first packets. A hole with no packet after it yet (the stream has stopped, or is late
+as a whole) waits ``OPEN_HOLE_GRACE_S`` longer.
 
 Each sample of the timeline is accounted for in ``ReceiveCounts``: received,
 recovered (FEC), concealed, and the packets dropped as late, reordered, duplicated,
@@ -53,6 +59,11 @@ MIN_MARGIN_S = 0.005
 #: concealment reads as the end of the caller's turn. While packets stay away the timeline runs
 #: this far behind the clock, and catches up when they return.
 OPEN_HOLE_GRACE_S = 0.5
+#: After a packet that came too late, the target covers its lateness plus MIN_MARGIN_S for this
+#: long after the last packet that needed it, then shrinks back by LATE_DECAY seconds per second
+#: (40 ms above the jitter's target are gone 18 s after the last straggler).
+LATE_HOLD_S = 10.0
+LATE_DECAY = 0.005
 #: A packet this far from where the wall clock puts the stream restarts it.
 RESYNC_S = 1.0
 #: The spread is taken over this many recent packets (5 s), at this percentile; the earliest
@@ -120,7 +131,8 @@ class ReceiveBuffer:
     """One caller's stream; ``sink(samples, 48000)`` gets the timeline in order (float32 mono)."""
 
     def __init__(self, sink: Callable[[np.ndarray, int], None], *,
-                 on_frame: Callable[[str, float | None], None] | None = None) -> None:
+                 on_frame: Callable[[str, float | None], None] | None = None, learn_from_late: bool = True) -> None:
+        """``learn_from_late=False``: late packets do not raise the target (the buffer as it was, for the bench)."""
         self._sink = sink
         self._on_frame = on_frame  # (outcome, arrival-to-handoff delay or None): for metrics
         self.counts = ReceiveCounts()
@@ -134,6 +146,10 @@ class ReceiveBuffer:
         self._transits = _Transits(0.0)
         self._last_transit: float | None = None
         self.jitter_s = 0.0  # RFC 3550 interarrival jitter, in seconds
+        self._learn_from_late = learn_from_late
+        self._late_floor_s = 0.0  # the least target, learned from packets that came too late
+        self._late_at: float | None = None  # arrival of the last of them
+        self._floor_from = 0.0  # the floor as last learned (it shrinks from there)
         self.delays_s: deque[float] = deque(maxlen=_DELAYS_KEPT)  # arrival to handoff, per frame from a packet
 
     # ---- figures ----
@@ -141,8 +157,11 @@ class ReceiveBuffer:
     @property
     def target_delay_s(self) -> float:
         """How long a hole waits for its packet past the packet's expected arrival."""
-        margin = max(MIN_MARGIN_S, JITTER_MULTIPLE * self.jitter_s, self._transits.spread)
-        return min(MAX_TARGET_DELAY_S, FRAME_S + margin)
+        return min(MAX_TARGET_DELAY_S, max(self._jitter_target_s(), self._late_floor_s))
+
+    def _jitter_target_s(self) -> float:
+        """The target from the measured jitter and spread alone."""
+        return FRAME_S + max(MIN_MARGIN_S, JITTER_MULTIPLE * self.jitter_s, self._transits.spread)
 
     def delay_p95_s(self) -> float:
         return float(np.percentile(self.delays_s, 95)) if self.delays_s else 0.0
@@ -151,6 +170,8 @@ class ReceiveBuffer:
 
     def push(self, ssrc: int, sequence: int, timestamp: int, payload: bytes, arrival: float) -> None:
         """One RTP packet (its Opus payload) that arrived at ``arrival`` (the owner's clock, seconds)."""
+        if self._late_floor_s:
+            self._shrink_late_floor(arrival)
         if self._ssrc is not None and ssrc != self._ssrc:
             self.counts.ssrc_changes += 1
             self._restart()
@@ -182,6 +203,10 @@ class ReceiveBuffer:
         if rtp < self._cursor:
             if rtp <= self._highest:  # overtaken by a later packet, and its place was filled: too late
                 self.counts.late += 1
+                if self._learn_from_late:
+                    transit = arrival - (rtp - self._base) / SAMPLE_RATE
+                    self._transits.add(transit)  # a sample of the path too: the spread's percentile counts it
+                    self._raise_late_floor(transit, arrival)
                 return
             # The newest packet yet, after its place was filled: the stream as a whole fell behind the
             # clock (a sender whose loop stalled and whose clock skipped the stall, a longer path). The
@@ -198,6 +223,8 @@ class ReceiveBuffer:
             return
         if rtp < self._highest:
             self.counts.reordered += 1
+            if self._late_floor_s:  # put in place thanks to the floor? then the floor is still needed
+                self._raise_late_floor(transit, arrival)
         if self._last_transit is not None:
             self.jitter_s += (abs(transit - self._last_transit) - self.jitter_s) / 16
         self._last_transit = transit
@@ -205,6 +232,21 @@ class ReceiveBuffer:
         self._highest = max(self._highest, rtp)
         self._pending[rtp] = _Packet(opus, samples, arrival)
         self._drain(arrival, open_holes=False)
+
+    def _raise_late_floor(self, transit: float, arrival: float) -> None:
+        """A packet of ``transit`` came later than the jitter's target waits: from now on (for
+        ``LATE_HOLD_S`` more) a hole waits long enough for it. One later than the bound teaches
+        nothing (no target allowed would have waited for it)."""
+        wanted = transit - self._transits.earliest + MIN_MARGIN_S
+        if self._jitter_target_s() < wanted <= MAX_TARGET_DELAY_S:
+            self._late_floor_s = self._floor_from = max(self._late_floor_s, wanted)
+            self._late_at = arrival
+
+    def _shrink_late_floor(self, now: float) -> None:
+        assert self._late_at is not None
+        calm = now - self._late_at - LATE_HOLD_S
+        if calm > 0:
+            self._late_floor_s = max(0.0, self._floor_from - LATE_DECAY * calm)
 
     def _start(self, rtp: int, arrival: float) -> None:
         self._cursor = self._highest = self._base = rtp

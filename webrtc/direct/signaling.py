@@ -24,15 +24,15 @@ from duplex_agent.agent.metrics import SESSIONS_TOTAL
 from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.host_address import candidates_on
-from duplex_agent.webrtc.direct.peer_session import RECEIVE_BUFFERS, TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, RECEIVE_BUFFERS, TRANSPORT, PeerSession
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_CANDIDATES = 64
-#: Ways a peer ends that say nothing about the conversation: a resumable one is parked.
-_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close")
+#: Ways a peer ends that end the conversation too; after any other, a resumable one is parked.
+_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close", MEDIA_TIMEOUT)
 
 
 class SignalingError(Exception):
@@ -272,12 +272,16 @@ def register_webrtc_routes(
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
-    ``audio_options`` go to each call's PeerSession (opus_bitrate, receive_buffer) and
-    CallAudioPath (overlap_policy, ...); an unknown receive_buffer is a ValueError here.
+    ``audio_options`` go to each call's PeerSession (opus_bitrate, receive_buffer, media_timeout_s)
+    and CallAudioPath (overlap_policy, ...); an unknown receive_buffer or a negative
+    media_timeout_s is a ValueError here.
     """
     receive_buffer = audio_options.get("receive_buffer", RECEIVE_BUFFERS[0])
     if receive_buffer not in RECEIVE_BUFFERS:
         raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFERS)}, not {receive_buffer!r}")
+    if audio_options.get("media_timeout_s", 0) < 0:
+        raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "
+                         f"not {audio_options['media_timeout_s']!r}")
     registry = PeerRegistry(backend, host_address, audio_options, resume_grace_s)
     app[WEBRTC_PEERS] = registry
     app.router.add_post("/api/offer", post_offer)

@@ -176,6 +176,8 @@ class CallerAudioReader:
     ) -> None:
         self._sink = sink
         self._on_ended = on_ended
+        self._loop = asyncio.get_running_loop()
+        self.last_packet_at: float | None = None  # the loop's clock at the caller's last frame (media timeout)
         self._decoder: Decoder | None = None
         self._codec_name = ""
         self._stopped = threading.Event()
@@ -194,6 +196,7 @@ class CallerAudioReader:
         if self._stopped.is_set():  # closed by its owner: the call is going
             return
         codec, encoded = task
+        self.last_packet_at = self._loop.time()
         try:
             if codec.name != self._codec_name:
                 self._decoder, self._codec_name = get_decoder(codec), codec.name
