@@ -55,9 +55,9 @@ class PeerRegistry:
         self.audio_options = audio_options
         self.sessions: dict[str, PeerSession] = {}
         self.parked = ParkedConversations(resume_grace_s)
-        self._closing: set[asyncio.Task[None]] = set()
-        #: Peers being closed now, and those of them the page hung up on meanwhile (not to be parked).
-        self._closing_ids: set[str] = set()
+        #: Peers being closed now (their closing task by pc_id), and those of them the page hung up
+        #: on meanwhile (not to be parked).
+        self._closing: dict[str, asyncio.Task[None]] = {}
         self._hung_up: set[str] = set()
 
     async def open(self, conversation: Conversation | None = None) -> PeerSession:
@@ -84,11 +84,11 @@ class PeerRegistry:
         """Close ``session`` for ``reason``; it leaves ``sessions`` at once, so a second ending finds it closing."""
         if self.sessions.get(session.pc_id) is not session:
             return
-        del self.sessions[session.pc_id]
-        self._closing_ids.add(session.pc_id)
-        task = asyncio.create_task(self._close(session, reason), name=f"peer-{session.pc_id}-close")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        pc_id = session.pc_id
+        del self.sessions[pc_id]
+        task = asyncio.create_task(self._close(session, reason), name=f"peer-{pc_id}-close")
+        self._closing[pc_id] = task
+        task.add_done_callback(lambda _task: self._closing.pop(pc_id, None))
 
     async def _close(self, session: PeerSession, reason: str) -> None:
         park = self.parked.is_resumable(session.pc_id) and reason not in _NOT_PARKED
@@ -98,7 +98,6 @@ class PeerRegistry:
             await session.close(reason, keep_conversation=park)
         except Exception:
             logger.exception("closing peer %s failed", session.pc_id)
-        self._closing_ids.discard(session.pc_id)
         if park and session.pc_id in self._hung_up:  # the page's hang-up came while its peer was closing
             self.parked.forget(session.pc_id)
             await session.conversation.close("client_close")
@@ -106,12 +105,19 @@ class PeerRegistry:
             self.parked.park(session.pc_id, session.conversation)
         self._hung_up.discard(session.pc_id)
 
+    async def claim(self, pc_id: str, token: str) -> Conversation:
+        """The parked conversation of ``pc_id``; a peer still closing is waited for, so it is parked by then."""
+        closing = self._closing.get(pc_id)
+        if closing is not None:
+            await asyncio.shield(closing)  # the request going away must not cut the close short
+        return self.parked.claim(pc_id, token)
+
     async def hang_up(self, pc_id: str) -> bool:
         """The page ended its call on purpose: no resume; False when no such peer is known."""
         if pc_id in self.sessions:
             self.finish(self.sessions[pc_id], "client_close")
             return True
-        if pc_id in self._closing_ids:
+        if pc_id in self._closing:
             self._hung_up.add(pc_id)
             return True
         return await self.parked.discard(pc_id, "client_close")
@@ -120,7 +126,7 @@ class PeerRegistry:
         for session in list(self.sessions.values()):
             self.finish(session, "shutdown")
         if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+            await asyncio.gather(*self._closing.values(), return_exceptions=True)
         await self.parked.close_all()
 
 
@@ -213,7 +219,7 @@ async def post_offer(request: web.Request) -> web.Response:
         conversation = None
         if resume is not None:
             try:
-                conversation = registry.parked.claim(_field(resume, "pc_id", str), _field(resume, "resume_token", str))
+                conversation = await registry.claim(_field(resume, "pc_id", str), _field(resume, "resume_token", str))
             except ResumeRefused as exc:
                 raise SignalingError(exc.status, exc.code, str(exc)) from None
         return await _answer(registry, await registry.open(conversation), sdp, new=True, resumable=resumable)
