@@ -133,8 +133,12 @@ async def _echo(ctx: agents.JobContext) -> None:
     ctx.room.on("disconnected", lambda *_: done.set())
 
     async def echo(track: rtc.Track) -> None:
+        echoing = False
         async for event in rtc.AudioStream(track, sample_rate=48000, num_channels=1):
             await source.capture_frame(event.frame)
+            if not echoing:  # the caller's audio comes through: the bench may mark its onset now
+                echoing = True
+                _record(ctx.room.name, kind="echoing")
 
     ctx.room.on("track_subscribed", lambda track, *_: asyncio.ensure_future(echo(track)))
     _record(ctx.room.name, kind="started")

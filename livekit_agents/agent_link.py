@@ -6,14 +6,16 @@ Once found: our edge's clear interrupts it, its room output's ``playback_finishe
 positions become our acks, and an interrupted assistant message is cut to the words
 the caller heard, so the model's history and the session's chat context agree.
 
-A limit: livekit-agents 1.8.9 gives a model no way to set that message's text before the
-session records it. The text it records is the message's forwarded text, or the room output's
-``playback_finished.synchronized_transcript`` when the session's transcript synchronizer made
-one (``voice/generation.py``, ``_ForwardOutput.forwarded_text``); the adapter advertises
-``message_truncation=False``, and with it ``truncate`` only tells the model afterwards. So the
-cut is made in place on the message as ``conversation_item_added`` fires: a synchronous
-listener registered before the session started (ahead of ours) sees the generated text, one
-that reads the chat context or the message later sees the heard text.
+Where the heard text goes in (livekit-agents 1.8.9): an interrupted message's text is its
+segment's ``_ForwardOutput.forwarded_text``, which is ``synchronized_transcript`` of the
+``PlaybackFinishedEvent`` that the session output's ``wait_for_playout`` returns
+(``voice/generation.py``), and that is the very event object ``playback_finished`` hands its
+listeners just before (``voice/io.py``). Our listener sets that field, "the transcript synced
+with playback", to the ledger's heard text, so the message is made with it and every
+``conversation_item_added`` listener sees it. (The adapter's ``truncate`` is a no-op and its
+``message_truncation`` False; no ``Agent`` hook sees the message before it is added.) A message
+the session took as played in full though our edge cut it (``interrupt()`` refused) is cut in
+place as it is added instead; a listener registered before ours sees its generated text.
 """
 
 from __future__ import annotations
@@ -99,11 +101,14 @@ class AgentSessionLink:
         message_id, response_id = self._bursts.popleft()
         heard = self._on_room_played(response_id, 1000.0 * ev.playback_position, ev.interrupted)
         if heard is not None:
+            # read next by the generation that waits for this playout: its message's text
+            ev.synchronized_transcript = heard
             self._heard[message_id] = heard
 
     def _on_item_added(self, ev: Any) -> None:
         item = ev.item
         heard = self._heard.pop(getattr(item, "id", ""), None)
-        if heard is not None and isinstance(item, llm.ChatMessage) and item.role == "assistant":
+        if heard is not None and isinstance(item, llm.ChatMessage) and item.role == "assistant" \
+                and item.text_content != heard:
             # the same object is the agent's and the session's history entry
             item.content = [heard]

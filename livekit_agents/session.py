@@ -56,6 +56,19 @@ class DuplexBackendError(llm.RealtimeError):
         self.code = code
 
 
+@dataclass(frozen=True, slots=True)
+class CutReply:
+    """A reply cut short, as its session acknowledged it to the model."""
+
+    response_id: str
+    #: The words the caller heard (the ledger's text at the room's position): the history keeps these.
+    heard: str
+    #: All the model said of it before the cut, heard or not (its transcript).
+    said: str
+    #: How much of its audio the room output played.
+    played_ms: float
+
+
 class Backend(Protocol):
     async def open(self) -> Conversation: ...
 
@@ -89,8 +102,9 @@ class DuplexAgentSession(llm.DuplexSession):
         self._frame_response: str | None = None  # the response the last frame carried
         self._link = AgentSessionLink(self, response_of_burst=lambda: self._gate.open_for,
                                       on_room_played=self._room_played)
-        #: What the caller heard of each reply cut short, as acknowledged to the model (its ledger's text).
-        self.cut_replies: list[str] = []
+        #: Each reply cut short: what the caller heard of it (acknowledged to the model) and what it said.
+        self.cut_replies: list[CutReply] = []
+        self._said: dict[str, str] = {}  # response -> its transcript so far
         self._early_input: deque[rtc.AudioFrame] = deque()
         self._early_input_s = 0.0
         #: Seconds of caller audio AgentSession has pushed so far (0 until the room's track is read).
@@ -267,8 +281,7 @@ class DuplexAgentSession(llm.DuplexSession):
             # played out: all its words were heard (a cut one says no more)
             self._emit_heard(previous, to_the_end=True)
             if self._link.session is None:  # no room output will report on it
-                self._words.forget(previous)
-                self._response_start_ms.pop(previous, None)
+                self._forget(previous)
         if response is not None and previous not in (None, response):
             # two responses back to back: a closed frame between them makes them two bursts
             self._gate.open_for = None
@@ -328,10 +341,15 @@ class DuplexAgentSession(llm.DuplexSession):
         heard = None
         if interrupted or response_id in self._cut:
             heard = self._words.heard_text(response_id, played_ms)
-            self.cut_replies.append(heard)
+            self.cut_replies.append(CutReply(response_id, heard, self._said.get(response_id, ""), played_ms))
+            del self.cut_replies[:-_CUT_KEPT]
+        self._forget(response_id)
+        return heard
+
+    def _forget(self, response_id: str) -> None:
         self._words.forget(response_id)
         self._response_start_ms.pop(response_id, None)
-        return heard
+        self._said.pop(response_id, None)
 
     # ---- the conversation's events ----
 
@@ -340,7 +358,10 @@ class DuplexAgentSession(llm.DuplexSession):
             self._words.add_marks(event.response_id, event.marks)
 
     def _on_event(self, event: p.ServerEvent) -> None:
-        if isinstance(event, p.SpeechStarted):
+        if isinstance(event, p.ResponseTranscriptDelta):
+            if event.response_id not in self._cut:
+                self._said[event.response_id] = self._said.get(event.response_id, "") + event.delta
+        elif isinstance(event, p.SpeechStarted):
             self.emit("input_speech_started", llm.InputSpeechStartedEvent())
         elif isinstance(event, p.SpeechStopped):
             self.emit("input_speech_stopped", llm.InputSpeechStoppedEvent(

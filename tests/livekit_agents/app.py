@@ -61,14 +61,19 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     loop = asyncio.get_running_loop()
 
     def item_added(ev) -> None:
-        # read once every listener has seen it: the model cuts an interrupted message to what was heard
+        # registered before the session starts, so ahead of the model's own listener: ``seen`` is the
+        # text as the message was made; ``text`` is read once every listener has seen it
         item = ev.item
         if getattr(item, "type", "") != "message":
             return
-        # an interrupted reply: also what our session acknowledged to the model as heard
-        ledger = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
+        seen = item.text_content or ""
+        # an interrupted reply: also what our session acknowledged to the model as heard, what the
+        # model had said of it, and how much of its audio the room played
+        cut = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
         loop.call_soon(lambda: _record(room, "item", role=item.role, text=item.text_content or "",
-                                       interrupted=item.interrupted, ledger=ledger))
+                                       seen=seen, interrupted=item.interrupted, ledger=[c.heard for c in cut],
+                                       said=[c.said for c in cut], played_ms=[c.played_ms for c in cut],
+                                       response_id=cut[0].response_id if cut else None))
 
     session.on("conversation_item_added", item_added)
     # ev.error is the model's RealtimeModelError; its own error carries the wire's code

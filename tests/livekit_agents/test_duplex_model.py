@@ -77,8 +77,10 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     await wait_for(lambda: interrupted(), 60, "the long reply to be cut short")
     full = words("You said: " + LONG)
     kept = words(interrupted()[-1]["text"])
-    # the session's history and the model's ledger (the text our ack made it keep) agree
-    assert interrupted()[-1]["ledger"] == [interrupted()[-1]["text"]], interrupted()[-1]
+    # the session's history and the model's ledger (the text our ack made it keep) agree, and the
+    # message was made with that text: a listener ahead of the model's saw no unheard word either
+    assert interrupted()[-1]["ledger"] == [interrupted()[-1]["text"]] == [interrupted()[-1]["seen"]], \
+        interrupted()[-1]
     # the history holds the words the caller heard: a start of the reply, not all of it
     assert 0 < len(kept) < len(full) - 3 and kept == full[: len(kept)], (kept, full)
 
@@ -229,3 +231,65 @@ async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_
     await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
 
+
+
+async def _talk_over_moshi(caller: LiveKitCaller, worker, room: str, interruption: np.ndarray,
+                           speaking_since: int, cuts: int) -> tuple[dict, int]:
+    """Talk over the tiny Moshi's reply (playing since frame ``speaking_since``); its interrupted
+    message, and the frame from which the caller heard quiet."""
+    cut = len(caller.received)
+    caller.mic.say(interruption)
+
+    def interrupted() -> list[dict]:
+        return [r for r in _assistant(worker, room) if r["interrupted"]]
+
+    await wait_for(lambda: len(interrupted()) >= cuts, 60, f"reply {cuts} to be cut short")
+    message = interrupted()[cuts - 1]
+    # The history holds the words the caller heard: the ledger's text at the room's position, which
+    # our ack made the model keep. Moshi's words here are its text tokens (syllables of a random
+    # model, repeated), so they are compared by position with all it said of that reply: a start of it.
+    assert message["ledger"] == [message["text"]] == [message["seen"]], message
+    kept, said = words(message["text"]), words(message["said"][0])
+    assert 0 < len(kept) <= len(said) and kept == said[: len(kept)], message
+
+    # The caller heard quiet soon after they started talking over it: 100 ms of it within 1.5 s. A
+    # random-weight Moshi hardly ever writes 10 padding tokens in a row, so uncut, its reply would
+    # have gone on; it may start a new one over the caller a little later (it handles overlap itself).
+    await wait_for(lambda: _quiet_from(caller.received, cut, run=10) is not None, 30, "quiet after the interruption")
+    quiet_at = _quiet_from(caller.received, cut, run=10)
+    profile = [round(float(np.sqrt(np.mean(np.concatenate(caller.received[i:i + 10]) ** 2))), 3)
+               for i in range(cut, quiet_at + 10, 10)]
+    assert quiet_at - cut < 150, (quiet_at - cut, profile)  # 10 ms frames
+    # and by then had heard about what the room output played of it (its ack's position, which the
+    # history's words were taken at): more by what had already left it (in the SFU and the caller's
+    # jitter buffer, a one-way trip: the bench puts the round trip near 400 ms on this machine), less
+    # where the SFU lost some or a gap came first; not the reply going on after the cut
+    heard_ms = 10.0 * (caller.loud_frames(speaking_since) - caller.loud_frames(quiet_at))
+    assert heard_ms <= message["played_ms"][0] + 500.0, (heard_ms, message)
+    return message, quiet_at
+
+
+@pytest.mark.slow
+async def test_in_process_tiny_moshi_is_cut_by_barge_in_and_its_history_is_what_was_heard(livekit_server,
+                                                                                            start_app):
+    worker = await start_app(DUPLEX_TEST_PLUGIN="moshi",
+                             DUPLEX_TEST_OPTIONS='{"moshi_config": "tiny", "device": "cpu", "max_sessions": 2}')
+    room = "room-moshi-cut"
+    interruption = speak("Wait, stop please.", 48000)
+    caller = await _ready_caller(livekit_server, worker, "alice", room)
+    try:
+        # A frame-synchronous model speaks as it listens: the caller hears its (random) voice.
+        await wait_for(lambda: caller.loud_frames() >= 200, 120, "2 s of the tiny Moshi")
+        first, quiet_at = await _talk_over_moshi(caller, worker, room, interruption, 0, 1)
+        # It speaks again (a new reply); cut again, the next message holds that reply's own words
+        # from its start, none of the first's unheard ones.
+        await wait_for(lambda: not caller.mic.busy, 30, "the interruption to be said")
+        await wait_for(lambda: caller.loud_frames(quiet_at) >= 100, 120, "1 s of Moshi's next reply")
+        second, _ = await _talk_over_moshi(caller, worker, room, interruption, quiet_at, 2)
+    finally:
+        await caller.leave()
+    messages = _assistant(worker, room)
+    assert messages.index(second) == messages.index(first) + 1, messages
+    assert first["response_id"] != second["response_id"], (first, second)
+    await wait_for(lambda: worker.records("close", room), 60, "the session to close")
+    assert not worker.records("error"), worker.records("error")

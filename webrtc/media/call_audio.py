@@ -253,7 +253,7 @@ class CallAudioPath:
 
     def _judge(self, probability: float, window_at: float) -> None:
         """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""
-        playing = self._barges_in() and self.playout.playing
+        playing = self._barges_in() and self._mid_reply()
         verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
                                  reply=self.playout.current_response_id)
         if verdict is Verdict.PAUSE:
@@ -270,8 +270,14 @@ class CallAudioPath:
             BARGE_IN_PAUSES_WITHHELD.inc()
         elif verdict is Verdict.CONFIRM:
             paused_at = self._timings.take_pause_heard_at()
-            if self._barges_in() and (self.playout.playing or self.playout.paused):
+            if self._barges_in() and (self._mid_reply() or self.playout.paused):
                 self._barge_in(self.gate.onset_at or window_at, silent_at=paused_at)
+
+    def _mid_reply(self) -> bool:
+        """The agent's audio plays, or a reply that has started playing waits for its next audio
+        (an underrun: a frame-synchronous model late on a loaded CPU). Caller sound in such a gap
+        is over the agent too; judged as the caller's own turn, it could never cut the reply."""
+        return self.playout.playing or self.playout.current_response_id is not None
 
     def _resume(self) -> None:
         """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
