@@ -220,10 +220,13 @@ async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_
     await session._update_session(instructions="hi")
     pushed_ms = 0.0
     ramp = np.arange(960, dtype=np.int16)
-    while not session._ready.is_set():  # the caller talks on, at their pace, until the path runs
+    # the caller talks on, at their pace, while the path starts: at most 5 s of it, well inside what
+    # is kept (MAX_EARLY_INPUT_S), however long a loaded machine takes to open
+    while not session._ready.is_set() and pushed_ms < 5000.0:
         session.push_audio(rtc.AudioFrame(ramp.tobytes(), 48000, 1, 960))
         pushed_ms += 20.0
         await asyncio.sleep(0.02)
+    await asyncio.wait_for(session._ready.wait(), 120)
     assert session._path is not None and pushed_ms >= 20.0
     # and on through the running path: one that opened within the first frame may still hold all of it
     for _ in range(5):
