@@ -14,9 +14,7 @@ from typing import NamedTuple
 
 from duplex_agent.agent.app.settings import (
     FLAG,
-    REPEATABLE_FIELDS,
     SECRET_FIELDS,
-    JoinRepeated,
     Settings,
     environment_names,
     parse_field,
@@ -108,6 +106,21 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                          "they are closed"),
     "log_level": SettingFlag(WORKER, MODEL_COMMANDS, "DEBUG, INFO, WARNING or ERROR"),
 }
+
+
+#: Flags that may be given several times; their values are joined by commas (as the environment writes them).
+REPEATABLE_FIELDS = frozenset({"backend"})
+
+
+class JoinRepeated(argparse.Action):
+    """A repeated flag's values joined by commas."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        seen = f"_{self.dest}_given"
+        joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
+        setattr(namespace, self.dest, joined)
+        setattr(namespace, seen, True)
 
 
 def setting_flag(name: str) -> SettingFlag:

@@ -33,19 +33,6 @@ def _parse_bool(text: str) -> bool:
 
 
 _FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
-#: Flags that may be given several times; their values are joined by commas (as the environment writes them).
-REPEATABLE_FIELDS = frozenset({"backend"})
-
-
-class JoinRepeated(argparse.Action):
-    """A repeated flag's values joined by commas."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
-        seen = f"_{self.dest}_given"
-        joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
-        setattr(namespace, self.dest, joined)
-        setattr(namespace, seen, True)
 
 
 def _secret() -> str:
