@@ -171,11 +171,3 @@ def add_field_argument(group: argparse._ArgumentGroup, f: Field, default: object
         group.add_argument(flag, dest=f.name, type=lambda text, f=f: parse_field(f, text), default=default,
                            choices=choices or None, metavar=f"{{{','.join(choices)}}}" if choices else None,
                            help=f"{lead}env {env}; default: %(default)s")
-
-
-def read_options(options: object, namespace: argparse.Namespace) -> object:
-    """``options`` with the values the command line gave."""
-    for f in fields(options):
-        if hasattr(namespace, f.name):
-            setattr(options, f.name, getattr(namespace, f.name))
-    return options

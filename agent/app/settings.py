@@ -2,9 +2,9 @@
 
 Every field is a flag ``--field-name`` and an environment variable ``DUPLEX_FIELD_NAME``
 (``livekit_*`` also as ``LIVEKIT_*``); a plugin's own settings are its ``options_type``,
-read the same way (``read_environment``). Secrets (``SECRET_FIELDS``) are read from the
-environment or a file; ``--help`` never shows their values and ``repr`` leaves them out,
-so they cannot reach a log.
+read the same way (``read_environment``, ``read_arguments``). Secrets (``SECRET_FIELDS``)
+are read from the environment or a file; ``--help`` never shows their values and ``repr``
+leaves them out, so they cannot reach a log.
 """
 
 from __future__ import annotations
@@ -133,9 +133,7 @@ class Settings:
         return settings
 
     def apply(self, namespace: argparse.Namespace) -> Settings:
-        for f in fields(self):
-            if hasattr(namespace, f.name):
-                setattr(self, f.name, getattr(namespace, f.name))
+        read_arguments(self, namespace)
         return self
 
 
@@ -155,3 +153,10 @@ def read_environment(target: object, environ: Mapping[str, str]) -> None:
             for name in environment_names(f.name):
                 if name in environ:
                     setattr(target, f.name, parse_field(f, environ[name]))
+
+
+def read_arguments(target: object, namespace: argparse.Namespace) -> None:
+    """Set the dataclass ``target``'s fields from the parsed command line (those it holds)."""
+    for f in fields(target):
+        if f.metadata.get(FLAG, True) and hasattr(namespace, f.name):
+            setattr(target, f.name, getattr(namespace, f.name))
