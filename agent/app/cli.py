@@ -16,6 +16,7 @@ from duplex_agent.agent.app.flags import (
     START,
     TOKEN,
     add_setting_arguments,
+    check_option_names,
 )
 from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
@@ -123,6 +124,8 @@ class PluginOptions:
         self.error = ""
         try:
             options_type = duplex_plugin_type(settings.plugin_path).options_type
+            if options_type is not None:
+                check_option_names(settings.plugin, options_type)
         except (ValueError, TypeError) as exc:
             self.error = str(exc)
             return

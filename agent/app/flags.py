@@ -3,7 +3,7 @@
 ``SETTING_FLAGS`` says, for every ``Settings`` field, its group, the subcommands that read
 it and what it means. A field missing from it (a new setting) is shown under "other" on
 the subcommands that load a model. The plugin's own options (its ``options_type``) get a
-group of their own on those subcommands.
+group of their own on those subcommands; none may have a setting's name (``check_option_names``).
 """
 
 from __future__ import annotations
@@ -121,6 +121,27 @@ class JoinRepeated(argparse.Action):
         joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
         setattr(namespace, self.dest, joined)
         setattr(namespace, seen, True)
+
+
+#: Names the command line keeps for itself: --help, and the subcommand (``args.command``).
+PARSER_NAMES = frozenset({"help", "command"})
+
+
+def check_option_names(plugin: str, options_type: type) -> None:
+    """ValueError naming the first of the plugin's options that has a worker setting's name (or one the
+    parser keeps): it would be a second ``--name`` (argparse refuses it, --help included) and read the
+    setting's environment variable."""
+    settings = {f.name: f for f in fields(Settings)}
+    for f in fields(options_type):
+        if f.name in settings:
+            flag = f" (--{f.name.replace('_', '-')})" if settings[f.name].metadata.get(FLAG, True) else ""
+            kept = f"the worker setting {f.name}{flag}"
+        elif f.name in PARSER_NAMES:
+            kept = f"a name the command line keeps for itself (--{f.name})"
+        else:
+            continue
+        raise ValueError(f"the plugin {plugin!r} declares an option {f.name!r} in {options_type.__name__}, "
+                         f"but that is {kept}: the plugin must give its option another name")
 
 
 def setting_flag(name: str) -> SettingFlag:
