@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from urllib.parse import urlsplit
 
 from duplex_agent.agent.app.settings import Settings, read_environment
+from duplex_agent.agent.models.model_errors import ModelStartError
 from duplex_agent.agent.protocol.audio import as_float32_audio
-from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexModelPlugin
 
 log = logging.getLogger("duplex_agent")
@@ -24,8 +26,9 @@ def build_backend(settings: Settings) -> DuplexBackend:
         from duplex_agent.agent.remote.pool import BackendList, BackendPool
 
         session = json.loads(Path(settings.backend_session).read_text()) if settings.backend_session else None
+        urls = backend_urls(settings.backend)
         backends = BackendList(settings.backend)
-        several = backends.file is not None or len(backends.urls()) > 1
+        several = backends.file is not None or len(urls) > 1
         # In a pool a host that refuses or never answers is gone at once: the call moves to another.
         options = RemoteOptions(stall_timeout_s=settings.backend_stall_timeout,
                                 connect_timeout_s=settings.backend_connect_timeout,
@@ -36,7 +39,7 @@ def build_backend(settings: Settings) -> DuplexBackend:
                                  max_sessions=settings.max_sessions, session=session, options=options)
 
         if not several:
-            return remote(backends.urls()[0])
+            return remote(urls[0])
         return BackendPool(backends, remote, lost_grace_s=settings.backend_lost_grace)
     from duplex_agent.agent.models.end_of_turn import EndOfTurnModel
     from duplex_agent.agent.models.vad import SileroVadModel
@@ -57,6 +60,28 @@ def build_backend(settings: Settings) -> DuplexBackend:
         log.info("loading the end-of-turn model")  # here, not in the first session's loop
         EndOfTurnModel.shared()
     return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
+
+
+def backend_urls(spec: str) -> list[str]:
+    """The URLs ``--backend`` names now; ModelStartError, in one line, when it names none, its file
+    cannot be read, or one of them is no ws:// or wss:// URL."""
+    from duplex_agent.agent.remote.pool import BackendList
+
+    backends = BackendList(spec)
+    try:
+        urls = backends.urls()
+    except OSError as exc:
+        raise ModelStartError(f"--backend {backends.spec!r}: cannot read the list of backends: "
+                              f"{exc.strerror or exc}") from None
+    if not urls:
+        where = "the file holds no URL" if backends.file is not None else "no URL between the commas"
+        raise ModelStartError(f"--backend {backends.spec!r} names no backend ({where})")
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("ws", "wss") or not parts.hostname:
+            raise ModelStartError(f"--backend: {url!r} is not a ws:// or wss:// URL "
+                                  "(ws://HOST:PORT/v1/realtime?duplex=1)")
+    return urls
 
 
 def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | None:
@@ -80,6 +105,21 @@ def options_from_environment(options_type: type) -> object:
 
 
 async def start_backend(settings: Settings) -> DuplexBackend:
+    """The backend, started; ModelStartError when no remote backend answers.
+
+    A remote backend's start learns the model (rates, input mode, limits) from a probe session,
+    so a worker none answers at start could take no call: it stops with the reason, and a
+    supervisor's restart is what waits for the host. In a pool the hosts that do answer are
+    enough; the others are logged and started later.
+    """
     backend = build_backend(settings)
-    await backend.start()  # a remote backend learns the model's capabilities here
+    try:
+        await backend.start()
+    except AdmissionError as exc:  # refused, unreachable, unauthorized or full (remote only)
+        from duplex_agent.agent.remote.pool import BackendPool
+
+        if isinstance(backend, BackendPool):
+            raise ModelStartError(f"--backend: none of the {len(backend.urls)} backends answered; the first: "
+                                  f"{exc}") from None
+        raise ModelStartError(f"--backend: {exc}") from None
     return backend

@@ -16,9 +16,9 @@ from duplex_agent.agent.app.flags import (
     START,
     TOKEN,
     add_setting_arguments,
-    read_options,
+    check_option_names,
 )
-from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
@@ -124,6 +124,8 @@ class PluginOptions:
         self.error = ""
         try:
             options_type = duplex_plugin_type(settings.plugin_path).options_type
+            if options_type is not None:
+                check_option_names(settings.plugin, options_type)
         except (ValueError, TypeError) as exc:
             self.error = str(exc)
             return
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(settings, plugin).parse_args(argv)
     settings.apply(args)
     if plugin.values is not None:
-        settings.plugin_options = read_options(plugin.values, args)
+        read_arguments(plugin.values, args)
+        settings.plugin_options = plugin.values
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings.resolved_api_key()

@@ -3,7 +3,7 @@
 ``SETTING_FLAGS`` says, for every ``Settings`` field, its group, the subcommands that read
 it and what it means. A field missing from it (a new setting) is shown under "other" on
 the subcommands that load a model. The plugin's own options (its ``options_type``) get a
-group of their own on those subcommands.
+group of their own on those subcommands; none may have a setting's name (``check_option_names``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from typing import NamedTuple
 
 from duplex_agent.agent.app.settings import (
     FLAG,
-    REPEATABLE_FIELDS,
     SECRET_FIELDS,
-    JoinRepeated,
     Settings,
     environment_names,
     parse_field,
@@ -112,6 +110,42 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
 }
 
 
+#: Flags that may be given several times; their values are joined by commas (as the environment writes them).
+REPEATABLE_FIELDS = frozenset({"backend"})
+
+
+class JoinRepeated(argparse.Action):
+    """A repeated flag's values joined by commas."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        seen = f"_{self.dest}_given"
+        joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
+        setattr(namespace, self.dest, joined)
+        setattr(namespace, seen, True)
+
+
+#: Names the command line keeps for itself: --help, and the subcommand (``args.command``).
+PARSER_NAMES = frozenset({"help", "command"})
+
+
+def check_option_names(plugin: str, options_type: type) -> None:
+    """ValueError naming the first of the plugin's options that has a worker setting's name (or one the
+    parser keeps): it would be a second ``--name`` (argparse refuses it, --help included) and read the
+    setting's environment variable."""
+    settings = {f.name: f for f in fields(Settings)}
+    for f in fields(options_type):
+        if f.name in settings:
+            flag = f" (--{f.name.replace('_', '-')})" if settings[f.name].metadata.get(FLAG, True) else ""
+            kept = f"the worker setting {f.name}{flag}"
+        elif f.name in PARSER_NAMES:
+            kept = f"a name the command line keeps for itself (--{f.name})"
+        else:
+            continue
+        raise ValueError(f"the plugin {plugin!r} declares an option {f.name!r} in {options_type.__name__}, "
+                         f"but that is {kept}: the plugin must give its option another name")
+
+
 def setting_flag(name: str) -> SettingFlag:
     return SETTING_FLAGS.get(name, SettingFlag(OTHER, MODEL_COMMANDS, ""))
 
@@ -160,11 +194,3 @@ def add_field_argument(group: argparse._ArgumentGroup, f: Field, default: object
         group.add_argument(flag, dest=f.name, type=lambda text, f=f: parse_field(f, text), default=default,
                            choices=choices or None, metavar=f"{{{','.join(choices)}}}" if choices else None,
                            help=f"{lead}env {env}; default: %(default)s")
-
-
-def read_options(options: object, namespace: argparse.Namespace) -> object:
-    """``options`` with the values the command line gave."""
-    for f in fields(options):
-        if hasattr(namespace, f.name):
-            setattr(options, f.name, getattr(namespace, f.name))
-    return options

@@ -29,6 +29,7 @@ from livekit import agents
 
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
+from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
@@ -225,6 +226,8 @@ def run_worker(settings: Settings, *, dev: bool) -> int:
         return 2
     try:
         asyncio.run(_serve(settings, dev=dev))
+    except (MissingModelError, ModelStartError):
+        raise  # the model or backend cannot start as configured: the CLI's one line and exit 2, as for serve
     except Exception as exc:  # the SDK gave up after its retries
         print(f"duplex-agent: the LiveKit worker stopped: {exc}", file=sys.stderr)
         return 1

@@ -2,9 +2,9 @@
 
 Every field is a flag ``--field-name`` and an environment variable ``DUPLEX_FIELD_NAME``
 (``livekit_*`` also as ``LIVEKIT_*``); a plugin's own settings are its ``options_type``,
-read the same way (``read_environment``). Secrets (``SECRET_FIELDS``) are read from the
-environment or a file; ``--help`` never shows their values and ``repr`` leaves them out,
-so they cannot reach a log.
+read the same way (``read_environment``, ``read_arguments``). Secrets (``SECRET_FIELDS``)
+are read from the environment or a file; ``--help`` never shows their values and ``repr``
+leaves them out, so they cannot reach a log.
 """
 
 from __future__ import annotations
@@ -33,19 +33,6 @@ def _parse_bool(text: str) -> bool:
 
 
 _FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
-#: Flags that may be given several times; their values are joined by commas (as the environment writes them).
-REPEATABLE_FIELDS = frozenset({"backend"})
-
-
-class JoinRepeated(argparse.Action):
-    """A repeated flag's values joined by commas."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
-        seen = f"_{self.dest}_given"
-        joined = f"{getattr(namespace, self.dest)},{values}" if getattr(namespace, seen, False) else str(values)
-        setattr(namespace, self.dest, joined)
-        setattr(namespace, seen, True)
 
 
 def _secret() -> str:
@@ -149,9 +136,7 @@ class Settings:
         return settings
 
     def apply(self, namespace: argparse.Namespace) -> Settings:
-        for f in fields(self):
-            if hasattr(namespace, f.name):
-                setattr(self, f.name, getattr(namespace, f.name))
+        read_arguments(self, namespace)
         return self
 
 
@@ -171,3 +156,10 @@ def read_environment(target: object, environ: Mapping[str, str]) -> None:
             for name in environment_names(f.name):
                 if name in environ:
                     setattr(target, f.name, parse_field(f, environ[name]))
+
+
+def read_arguments(target: object, namespace: argparse.Namespace) -> None:
+    """Set the dataclass ``target``'s fields from the parsed command line (those it holds)."""
+    for f in fields(target):
+        if f.metadata.get(FLAG, True) and hasattr(namespace, f.name):
+            setattr(target, f.name, getattr(namespace, f.name))

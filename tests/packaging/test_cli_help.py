@@ -140,3 +140,38 @@ def test_start_without_the_livekit_extra_names_the_install_command(command):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     (line,) = [text for text in run.stderr.splitlines() if text.startswith("duplex-agent:")]
     assert f"{command} needs the livekit extra" in line and "pip install 'duplex-agent[livekit]'" in line
+
+
+CLASHING_PLUGIN = '''
+from dataclasses import dataclass
+
+from duplex_agent.plugins.contract import option
+from duplex_agent.plugins.scripted import ScriptedPlugin
+
+
+@dataclass
+class ClashingOptions:
+    {name}: int = option(2, "an option named like one of the worker's")
+
+
+class ClashingPlugin(ScriptedPlugin):
+    options_type = ClashingOptions
+'''
+
+
+@pytest.mark.parametrize("name, kept", [("max_sessions", "the worker setting max_sessions (--max-sessions)"),
+                                        ("help", "a name the command line keeps for itself (--help)"),
+                                        ("command", "a name the command line keeps for itself (--command)")])
+def test_a_plugin_option_named_like_a_worker_setting_is_named_in_one_line(tmp_path, name, kept):
+    """argparse refused a second --max-sessions or --help with a traceback, --help included; --command took
+    the subcommand's place in the parsed arguments."""
+    (tmp_path / "clashing.py").write_text(CLASHING_PLUGIN.format(name=name))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    reason = (f"the plugin 'clashing.ClashingPlugin' declares an option {name!r} in ClashingOptions, but that is "
+              f"{kept}: the plugin must give its option another name")
+    shown = " ".join(help_text("serve", "--plugin", "clashing.ClashingPlugin", env={**env, "COLUMNS": "400"}).split())
+    assert f"note: {reason}" in shown  # wide: argparse would wrap the note at the hyphen of --max-sessions
+    run = subprocess.run([*CLI, "serve", "--plugin", "clashing.ClashingPlugin"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip() == f"duplex-agent: {reason}"
