@@ -8,6 +8,7 @@ The asserts are vLLM-Omni's behaviour as a caller of ours should see it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -71,6 +72,11 @@ async def call():
 
     yield open_call
     for client in clients:
+        # Only session.close ends a session at once: a bare socket close leaves it (and its vLLM-Omni
+        # session) alive for the resume grace, and later tests on the module's peer would find it full.
+        with contextlib.suppress(ConnectionError, TimeoutError, AssertionError):
+            await client.send({"type": "session.close"})
+            await client.until("session.closed")
         await client.close()
 
 
@@ -152,7 +158,6 @@ async def test_cancel_stops_the_reply_and_the_next_one_answers(call, stack24):
     assert first.response_id not in {event.get("response_id") for event in second.events}
 
 
-@pytest.mark.xfail(reason="open (issue 21): passes alone, times out in the full module run; cause not found", strict=False)
 async def test_caller_that_never_acknowledges_gets_every_reply(call, stack16):
     """vLLM-Omni holds a reply until playback is acknowledged; our backend must acknowledge for its caller."""
     client = await call(stack16)
