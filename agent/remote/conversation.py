@@ -255,7 +255,9 @@ class RemoteConversation(Conversation):
             return
         try:
             for message, audio_ms in self._translate(event):
-                if self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms)):
+                # A heartbeat is answered like this side's own: it counts as a receipt.
+                role = Role.RECEIPT if message.get("type") == "session.heartbeat" else None
+                if self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms, role)):
                     self._emit(p.ErrorEvent.of(
                         "input_backpressure", f"the duplex server is not taking input; dropped the oldest audio "
                         f"beyond {self.options.max_queued_input_ms:g} ms", error_type="server_error"))
