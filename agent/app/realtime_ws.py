@@ -189,6 +189,11 @@ class RealtimeEndpoint:
     async def _serve(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
         try:
             async for message in ws:
+                if live.ws is not ws:
+                    # A resume took the session over: what still arrives here would land after the new
+                    # socket's events, out of order. vLLM-Omni drops it too (``is_current_attachment``),
+                    # and a resuming client sends again whatever its receipts do not cover.
+                    break
                 if message.type == WSMsgType.TEXT:
                     await self._on_text(live, message.data)
                 elif message.type == WSMsgType.BINARY:

@@ -31,7 +31,8 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES, parse_audio_format
 from duplex_agent.agent.protocol.input_audio import AppendRateAdapter
 from duplex_agent.agent.remote.events import ServerMessageReader
-from duplex_agent.agent.remote.input import InputEncoder, Outgoing, OutgoingQueue
+from duplex_agent.agent.remote.input import InputEncoder, OutgoingQueue
+from duplex_agent.agent.remote.outbox import RECEIPT_EVENT_PREFIX, Outgoing, Role, SentLog
 from duplex_agent.agent.remote.session import RemoteSession, parse_session_created, translate_session_update
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
@@ -53,6 +54,11 @@ DTMF_DIGITS = frozenset("0123456789*#ABCD")
 _SELF_ACK = "evt_self_ack"
 #: After a reply's audio should have played out, how long to wait for the transport's own ack.
 _SELF_ACK_MARGIN_S = 0.5
+#: ``event_id`` (and item id) of the ``conversation.item.retrieve`` sent first on a resumed socket.
+#: The server takes it after everything the old socket delivered, and answers it by name
+#: (``item_not_found``, both vLLM-Omni and ours): when that answer is in, so are the receipts
+#: for the old socket, and the sent log knows what to send again.
+_RESUME_PROBE = "evt_resume_probe"
 
 
 @dataclass(slots=True)
@@ -94,6 +100,9 @@ class RemoteOptions:
     #: A resume whose connect is refused or times out gives up at once: the host is gone, and a
     #: pool of backends moves the call to another instead of waiting out ``resume_window_s``.
     resume_gives_up_unreachable: bool = False
+    #: A receipt (``session.heartbeat``) after this much input audio, so at most this much is of
+    #: unknown fate when the socket drops (see ``outbox``).
+    receipt_every_ms: float = 200.0
 
 
 class _RecentIds:
@@ -154,6 +163,9 @@ class RemoteConversation(Conversation):
         self._first_reply_pending = False
         self._opening_echo_window = remote.extended  # until the opening barrier's answer
         self._resumable = remote.capabilities.supports_resume and bool(remote.resume_token)
+        self._sent = SentLog(options.receipt_every_ms)  # only while resumable
+        self._probes = 0
+        self._writing = asyncio.Lock()  # held while a message is written: a resume swaps sockets between writes
         self._rates = AppendRateAdapter(self._encoder.in_rate)
         self._close_reason: str | None = None
         self._speaking: str | None = None  # response whose audio is arriving
@@ -203,7 +215,8 @@ class RemoteConversation(Conversation):
         conversation = cls(connect, ws, remote, options, last_seq=seq if isinstance(seq, int) else 0,
                            on_close=on_close)
         if remote.extended:
-            conversation._outgoing.put(Outgoing(json.dumps({"type": "session.heartbeat", "event_id": _OPENING_BARRIER})))
+            conversation._outgoing.put(Outgoing(json.dumps({"type": "session.heartbeat", "event_id": _OPENING_BARRIER}),
+                                                role=Role.RECEIPT))
         conversation._start()
         return conversation
 
@@ -222,6 +235,16 @@ class RemoteConversation(Conversation):
         return self._outgoing.audio_ms
 
     @property
+    def resume_dropped_input_ms(self) -> float:
+        """Input audio a resume could not tell the server had, and did not send again."""
+        return self._sent.dropped_audio_ms
+
+    @property
+    def resent_after_resume(self) -> int:
+        """Messages written into a socket that dropped, sent again after the resume."""
+        return self._sent.resent
+
+    @property
     def closed_here(self) -> bool:
         """``close`` was called: the session ends because this side ended it."""
         return self._close_reason is not None
@@ -232,7 +255,9 @@ class RemoteConversation(Conversation):
             return
         try:
             for message, audio_ms in self._translate(event):
-                if self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms)):
+                # A heartbeat is answered like this side's own: it counts as a receipt.
+                role = Role.RECEIPT if message.get("type") == "session.heartbeat" else None
+                if self._outgoing.put(Outgoing(json.dumps(message, separators=(",", ":")), audio_ms, role)):
                     self._emit(p.ErrorEvent.of(
                         "input_backpressure", f"the duplex server is not taking input; dropped the oldest audio "
                         f"beyond {self.options.max_queued_input_ms:g} ms", error_type="server_error"))
@@ -413,13 +438,30 @@ class RemoteConversation(Conversation):
 
     async def _write(self) -> None:
         while True:
-            item = await self._outgoing.get()
             await self._connected.wait()
-            try:
-                await self._ws.send_str(item.text)
-            except ConnectionError:
-                self._outgoing.put_front(item)  # goes first once the reader has resumed the session
-                self._connected.clear()
+            item = await self._outgoing.get()
+            if not self._connected.is_set():
+                self._outgoing.put_front(item)  # after what the resume sends again
+                continue
+            async with self._writing:
+                try:
+                    await self._send(item)
+                except ConnectionError:
+                    self._outgoing.put_front(item)  # goes first once the reader has resumed the session
+                    self._connected.clear()
+
+    async def _send(self, item: Outgoing) -> None:
+        """Write ``item``; on a resumable session with its receipts around it (see ``outbox``)."""
+        if not self._resumable:
+            await self._ws.send_str(item.text)
+            return
+        if (before := self._sent.receipt_before(item)) is not None:
+            await self._ws.send_str(before.text)
+            self._sent.written(before)
+        await self._ws.send_str(item.text)
+        if (after := self._sent.written(item)) is not None:
+            await self._ws.send_str(after.text)
+            self._sent.written(after)
 
     # ---- server -> client ----
 
@@ -454,6 +496,10 @@ class RemoteConversation(Conversation):
         if not isinstance(data, dict):
             log.warning("skipping a server message that is not a JSON object")
             return False
+        return self._on_message(data)
+
+    def _on_message(self, data: dict[str, Any]) -> bool:
+        """Handle one server event; True when the session has ended."""
         seq = data.get("server_event_seq")
         if isinstance(seq, int) and not isinstance(seq, bool):
             if seq <= self._last_seq:
@@ -467,13 +513,19 @@ class RemoteConversation(Conversation):
             log.info("session %s: the server cannot replay a resume any more (%s)", self.session_id,
                      data.get("reason"))
             self._resumable = False
+            self._sent.clear()
+            return False
+        error_event_id = str(_error_event_id(data) or "")
+        if kind == "session.heartbeat_ack" or error_event_id.startswith((RECEIPT_EVENT_PREFIX, _OPENING_BARRIER)):
+            self._sent.received()
+        if error_event_id.startswith((RECEIPT_EVENT_PREFIX, _RESUME_PROBE)):
             return False
         if self._opening_echo_window and (kind == "session.heartbeat_ack" or _error_event_id(data) == _OPENING_BARRIER):
             self._opening_echo_window = False
             return False
         if self._opening_echo_window and kind == "session.updated":
             return False  # the echo of the opening update
-        if str(_error_event_id(data) or "").startswith(_SELF_ACK):
+        if error_event_id.startswith(_SELF_ACK):
             log.info("session %s: the server refused an ack sent for the transport: %s", self.session_id,
                      _error_code(data))
             return False
@@ -531,7 +583,8 @@ class RemoteConversation(Conversation):
         self._events_unacked += 1
         if self._events_unacked >= self.options.event_ack_every:
             self._events_unacked = 0
-            self._outgoing.put(Outgoing(json.dumps({"type": "session.event_ack", "server_event_seq": self._last_seq})))
+            self._outgoing.put(Outgoing(json.dumps({"type": "session.event_ack", "server_event_seq": self._last_seq}),
+                                        role=Role.TRANSPORT))
 
     async def _resume(self) -> bool:
         """Reattach to the session on a new socket; True when the server replays what we missed."""
@@ -568,19 +621,53 @@ class RemoteConversation(Conversation):
                 token = reply.get("resume_token")
                 if isinstance(token, str) and token:
                     self.remote = replace(self.remote, resume_token=token)
-                old, self._ws = self._ws, ws
-                await old.close()
-                self.resumes += 1
-                self._last_event_at = time.monotonic()
-                self._connected.set()
-                log.info("resumed session %s after seq %d", self.session_id, self._last_seq)
-                return True
+                caught_up = await self._catch_up(ws)
+                if caught_up is not False:
+                    old, self._ws = self._ws, ws
+                    await old.close()
+                    if caught_up is None:
+                        return True  # the session ended in the replay; the shutdown is under way
+                    async with self._writing:  # a write still failing on the old socket puts its message back first
+                        self._resend_after_resume()
+                    self.resumes += 1
+                    self._last_event_at = time.monotonic()
+                    self._connected.set()
+                    log.info("resumed session %s after seq %d", self.session_id, self._last_seq)
+                    return True
             await ws.close()
             code = _error_code(reply)
             log.info("resume try %d refused: %s", attempt, code or kind)
             if code in FATAL_RESUME_CODES or kind == "session.resync_required":
                 return False
         return False
+
+    async def _catch_up(self, ws: aiohttp.ClientWebSocketResponse) -> bool | None:
+        """Send the resume probe and handle the replay up to its answer: True then, None when the
+        session ended meanwhile, False when the socket failed or the answer did not come."""
+        self._probes += 1
+        probe = f"{_RESUME_PROBE}_{self._probes}"
+        try:
+            await ws.send_str(json.dumps({"type": "conversation.item.retrieve", "event_id": probe, "item_id": probe}))
+            while (data := await _first_message(ws, self.options.open_timeout_s)) is not None:
+                answered = _error_event_id(data) == probe or (
+                    data.get("type") == "conversation.item.retrieved" and (data.get("item") or {}).get("id") == probe)
+                if self._on_message(data):
+                    return None
+                if answered:
+                    return True
+        except (ConnectionError, TimeoutError) as exc:
+            log.info("resume of %s: no answer to the resume probe (%s)", self.session_id, type(exc).__name__)
+        return False
+
+    def _resend_after_resume(self) -> None:
+        """Put back, in order and ahead of what is queued, what the old socket may not have delivered."""
+        dropped = self._sent.dropped_audio_ms
+        resend = self._sent.after_resume()
+        for item in reversed(resend):
+            self._outgoing.put_front(item)
+        if resend or self._sent.dropped_audio_ms > dropped:
+            log.info("session %s: sending %d message(s) again after the resume; %.0f ms of input audio of "
+                     "unknown fate dropped", self.session_id, len(resend), self._sent.dropped_audio_ms - dropped)
 
     # ---- stalls ----
 
@@ -619,7 +706,7 @@ class RemoteConversation(Conversation):
         """``session.heartbeat`` every interval: vLLM-Omni reaps a session whose lease is not refreshed."""
         while True:
             await asyncio.sleep(self.options.heartbeat_interval_s)
-            self._outgoing.put(Outgoing('{"type":"session.heartbeat"}'))
+            self._outgoing.put(Outgoing('{"type":"session.heartbeat"}', role=Role.RECEIPT))
 
     def _spawn_shutdown(self, closed: p.SessionClosed) -> None:
         """Shut down from inside the reader: the shutdown runs as its own task, kept in ``_tasks``."""

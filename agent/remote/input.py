@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from duplex_agent.agent.protocol.audio import (
     encode_base64_f32,
     encode_base64_pcm16,
 )
+from duplex_agent.agent.remote.outbox import Outgoing
 from duplex_agent.agent.remote.session import RemoteSession
 
 _ENCODERS = {"pcm16": encode_base64_pcm16, "pcm_f32le": encode_base64_f32}
@@ -79,12 +79,6 @@ class InputEncoder:
 
     def _packet(self, samples: np.ndarray) -> tuple[str, float]:
         return self._encode(samples), 1000.0 * samples.size / self.out_rate
-
-
-@dataclass(slots=True)
-class Outgoing:
-    text: str
-    audio_ms: float = 0.0
 
 
 class OutgoingQueue:

@@ -194,7 +194,7 @@ async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(live
 @pytest.mark.slow
 async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(livekit_server, start_serve,
                                                                                start_app):
-    from tests.livekit_agents.socket_cut import CuttableForwarder
+    from tests.tcp_relay import TcpRelay as CuttableForwarder
 
     backend = await start_serve(plugin="reference", max_sessions=2)
     forwarder = CuttableForwarder(backend.port)

@@ -8,6 +8,7 @@ The asserts are vLLM-Omni's behaviour as a caller of ours should see it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +17,7 @@ from devtools.speech import speak
 from tests.conformance.omni_client import OmniClient
 from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, reply_tone_hz, say, tone
 from tests.omni_peer.processes import OmniPeer, OurServe
-from tests.omni_peer.tcp_relay import TcpRelay
+from tests.tcp_relay import RelayThread
 
 #: Each scripted word is 0.3 s of audio; "reply N" itself is not spoken.
 WORD_S = 0.3
@@ -26,14 +27,14 @@ LONG_WORDS = 10
 @dataclass
 class Stack:
     peer: OmniPeer
-    relay: TcpRelay
+    relay: RelayThread
     serve: OurServe
     words: int
 
 
 def _stack(started, **peer_options) -> Stack:
     peer = started.peer(**peer_options)
-    relay = TcpRelay(peer.port).start()
+    relay = RelayThread(peer.port).start()
     serve = started.serve(backend=f"ws://127.0.0.1:{relay.port}/v1/realtime?duplex=1")
     return Stack(peer, relay, serve, peer_options.get("words", 3))
 
@@ -71,6 +72,11 @@ async def call():
 
     yield open_call
     for client in clients:
+        # Only session.close ends a session at once: a bare socket close leaves it (and its vLLM-Omni
+        # session) alive for the resume grace, and later tests on the module's peer would find it full.
+        with contextlib.suppress(ConnectionError, TimeoutError, AssertionError):
+            await client.send({"type": "session.close"})
+            await client.until("session.closed")
         await client.close()
 
 
@@ -85,6 +91,14 @@ async def _until_done(client: OmniClient, reply, timeout: float = REPLY_TIMEOUT_
     while reply.status is None:
         assert loop.time() < deadline, f"no response.done within {timeout} s: {reply.names[-12:]}"
         reply.add(await client.recv(max(0.01, deadline - loop.time())))
+
+
+async def _until(condition, what: str, timeout: float = REPLY_TIMEOUT_S) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
 
 
 def _check_full_reply(reply, index: int, words: int) -> None:
@@ -144,7 +158,11 @@ async def test_cancel_stops_the_reply_and_the_next_one_answers(call, stack24):
     assert first.response_id not in {event.get("response_id") for event in second.events}
 
 
-@pytest.mark.xfail(reason="open (issue 21): passes alone, times out in the full module run; cause not found", strict=False)
+@pytest.mark.xfail(reason="open (issue 21): in full folder runs turn 2 is sometimes never taken (one 'committed turn' in "
+                          "the peer's log). The caller's next appends reach vLLM-Omni before our self-ack, which goes "
+                          "with the commit; vLLM-Omni takes audio after an unacknowledged reply as overlap "
+                          "(overlap.decision, no turn), and whether the later ack still frees the turn depends on timing",
+                   strict=False)
 async def test_caller_that_never_acknowledges_gets_every_reply(call, stack16):
     """vLLM-Omni holds a reply until playback is acknowledged; our backend must acknowledge for its caller."""
     client = await call(stack16)
@@ -153,20 +171,24 @@ async def test_caller_that_never_acknowledges_gets_every_reply(call, stack16):
         _check_full_reply(await next_reply(client), index, stack16.words)
 
 
-@pytest.mark.xfail(reason="open (issue 21): after the resume the next commit never reaches vLLM-Omni: client events "
-                          "written into the dead socket are not sent again", strict=False)
 async def test_dropped_backend_socket_resumes_with_nothing_lost(call, stack16):
+    """What our server wrote into the socket before it died (an ack, the next question) reaches vLLM-Omni
+    after the resume: vLLM-Omni replays its own events only, so our client sends those again."""
     client = await call(stack16)
     await _ask(client, response_create=True)
     first = await next_reply(client)
     _check_full_reply(first, 1, stack16.words)
-    await acknowledge(client, first)  # a caller that acknowledges: only the resume is under test
     connections = stack16.relay.connections
-    assert stack16.relay.drop() >= 1
+    # From here what our server writes towards vLLM-Omni is lost on the way, then the link is cut.
+    stack16.relay.swallow_upstream()
+    await acknowledge(client, first)  # a caller that acknowledges: only the resume is under test
     await _ask(client, response_create=True)
+    await _until(lambda: stack16.relay.swallowed > 20000, "the question's audio to be written into the dying link")
+    assert stack16.relay.cut() >= 1
     # "reply 2": the peer's session still holds turn 1, so this is the same session, resumed.
     _check_full_reply(await next_reply(client), 2, stack16.words)
     assert stack16.relay.connections > connections
+    assert "again after the resume" in stack16.serve.log()
 
 
 async def test_text_only_session_gets_a_text_reply(call, stack16):

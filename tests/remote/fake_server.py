@@ -71,17 +71,23 @@ class FakeSession:
         await self.ws.send_str(json.dumps(stamped))
 
     async def receive(self, timeout: float = 5.0) -> dict[str, Any] | None:
-        """The next client message; heartbeats are answered (as vLLM-Omni does) and counted, not returned."""
+        """The next client message. Heartbeats are answered (as vLLM-Omni does) and counted, and a
+        retrieve of an unknown item answered ``item_not_found`` (a resume probe); neither is returned."""
         assert self.ws is not None
         while True:
             message = await self.ws.receive(timeout=timeout)
             if message.type != WSMsgType.TEXT:
                 return None
             data = json.loads(message.data)
-            if data.get("type") != "session.heartbeat":
+            if data.get("type") == "session.heartbeat":
+                self.heartbeats += 1
+                await self.send({"type": "session.heartbeat_ack", "session_id": "duplex-1"})
+            elif data.get("type") == "conversation.item.retrieve":
+                await self.send({"type": "error", "error": {"type": "invalid_request_error", "code": "item_not_found",
+                                                            "message": "Conversation item not found",
+                                                            "event_id": data.get("event_id")}})
+            else:
                 break
-            self.heartbeats += 1
-            await self.send({"type": "session.heartbeat_ack", "session_id": "duplex-1"})
         self.received.append(data)
         return data
 
