@@ -194,10 +194,10 @@ async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(live
 @pytest.mark.slow
 async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(livekit_server, start_serve,
                                                                                start_app):
-    from tests.tcp_relay import TcpRelay as CuttableForwarder
+    from tests.tcp_relay import TcpRelay
 
     backend = await start_serve(plugin="reference", max_sessions=2)
-    forwarder = CuttableForwarder(backend.port)
+    forwarder = TcpRelay(backend.port)
     await forwarder.start()
     worker = await start_app(DUPLEX_TEST_URL=f"ws://127.0.0.1:{forwarder.port}/v1/realtime?duplex=1")
     caller = await _ready_caller(livekit_server, worker, "alice", "room-drop")
