@@ -152,7 +152,7 @@ async def test_talking_over_the_reply_stops_it_and_aborts_the_peers_generation(s
                    CALL_TIMEOUT_S, "the reply to be cut off")
     cut_at = len(call.peer.received)
     await wait_for(lambda: not call.mic.busy, CALL_TIMEOUT_S, "the interruption to be sent")
-    # The interruption gets its own answer: reply 2, heard to the end.
+    # The interruption gets its own answer: reply 2 is heard.
     await wait_for(lambda: len(loud_frames_of_reply(call.peer.received[cut_at:], 2)) >= 25, CALL_TIMEOUT_S,
                    "0.5 s of the answer to the interruption (reply 2)")
 
@@ -162,5 +162,5 @@ async def test_talking_over_the_reply_stops_it_and_aborts_the_peers_generation(s
     # On the peer's side: the first reply's generation was aborted before its end.
     turn = thinker_turn(peer, "reply 1 ", after=recorded)
     await wait_for(lambda: code2wav_events(peer, turn["request_id"])[-1:] == ["aborted"], CALL_TIMEOUT_S,
-                   f"the peer to abort {turn['request_id']}: {code2wav_events(peer, turn['request_id'])}")
+                   "the peer's code2wav to record the first reply's abort")
     assert "finished" not in code2wav_events(peer, turn["request_id"])
