@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-sessions", type=int, default=4)
     parser.add_argument("--disconnect-grace", type=float, default=30.0,
                         help="seconds a session waits for a resume after its socket drops")
+    parser.add_argument("--record", help="append what the scripted engine cores do to this file, one JSON line "
+                                         "each (devtools.omni_peer.engine_record)")
     return parser.parse_args(argv)
 
 
@@ -45,13 +47,15 @@ async def serve(args: argparse.Namespace, workdir: str) -> None:
 
     from devtools.omni_peer import orchestrator_seams
     from devtools.omni_peer.deployment import write_deployment
+    from devtools.omni_peer.engine_record import EngineRecord
     from devtools.omni_peer.scripted_model import ScriptedChatProcessor
     from devtools.omni_peer.scripted_stages import PeerScript
 
     model_dir, deploy_path = write_deployment(workdir, max_sessions=args.max_sessions,
                                               disconnect_grace_s=args.disconnect_grace)
+    record = EngineRecord(args.record)
     orchestrator_seams.install(PeerScript(sample_rate=args.sample_rate, text_only=args.text_only,
-                                          word_count=args.words), model_dir)
+                                          word_count=args.words), model_dir, record)
     omni = DuplexOmni(model=model_dir, deploy_config=deploy_path, log_stats=False)
     # The checkpoint's HF processor is model data we do not have; the plugin asks it only for
     # a chat template, which the scripted model renders (and its thinker reads back).
@@ -73,6 +77,7 @@ async def serve(args: argparse.Namespace, workdir: str) -> None:
         await server.serve()
     finally:
         omni.shutdown()
+        record.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,17 +27,18 @@ from vllm_omni.engine.duplex_orchestrator import DuplexOrchestrator
 from vllm_omni.engine.orchestrator import OrchestratorBase
 from vllm_omni.engine.stage_runtime import StageRuntimeInfo
 
+from devtools.omni_peer.engine_record import EngineRecord
 from devtools.omni_peer.scripted_stages import OutputBus, PeerScript, StageInput, build_stage_pools
 
 _BUS_POLL_S = 0.05
 
 
-def install(script: PeerScript, model_dir: str) -> None:
+def install(script: PeerScript, model_dir: str, record: EngineRecord) -> None:
     """Patch the four seams (process-wide: this process serves only the peer)."""
 
     def initialize_stages(engine: DuplexOmniEngine, stage_init_timeout: int) -> None:
         del stage_init_timeout
-        pools, _ = build_stage_pools(script, model_dir)
+        pools, _ = build_stage_pools(script, model_dir, record)
         # No engine-core processes: nothing to supervise, nothing to shut down.
         engine._runtime = SimpleNamespace(create_membership_controller=lambda: None, shutdown=lambda: None)
         engine.num_stages = len(pools)

@@ -37,13 +37,18 @@ def render_prompt(messages: list[dict]) -> str:
     return json.dumps(rendered)
 
 
-def reply_text(prompt: str, *, word_count: int = 3) -> tuple[int, str]:
-    """(reply index, text) for a rendered prompt: the index counts its user turns."""
+def prompt_messages(prompt: str) -> list[dict]:
+    """The messages a rendered prompt holds (``render_prompt`` read back)."""
     try:
         messages = json.loads(prompt)
     except (TypeError, ValueError):
-        messages = []
-    user_turns = sum(1 for message in messages if isinstance(message, dict) and message.get("role") == "user")
+        return []
+    return [message for message in messages if isinstance(message, dict)] if isinstance(messages, list) else []
+
+
+def reply_text(prompt: str, *, word_count: int = 3) -> tuple[int, str]:
+    """(reply index, text) for a rendered prompt: the index counts its user turns."""
+    user_turns = sum(1 for message in prompt_messages(prompt) if message.get("role") == "user")
     index = max(user_turns, 1)
     words = [WORDS[(index + i - 1) % len(WORDS)] for i in range(max(word_count, 1))]
     return index, f"reply {index} " + " ".join(words)

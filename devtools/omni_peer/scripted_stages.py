@@ -30,7 +30,8 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm_omni.engine.stage_pool import StagePool
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput
 
-from devtools.omni_peer.scripted_model import reply_text, word_audio
+from devtools.omni_peer.engine_record import EngineRecord
+from devtools.omni_peer.scripted_model import prompt_messages, reply_text, word_audio
 
 STAGE_NAMES = ("thinker", "talker", "code2wav")
 #: How long the scripted thinker takes per word, and code2wav per audio chunk (beyond real time).
@@ -77,7 +78,7 @@ class ScriptedEngineClient:
     prompt_expand_func = None
     requires_multimodal_data = False
 
-    def __init__(self, stage_id: int, script: PeerScript, bus: OutputBus) -> None:
+    def __init__(self, stage_id: int, script: PeerScript, bus: OutputBus, record: EngineRecord) -> None:
         self.stage_id = stage_id
         self.model_stage = STAGE_NAMES[stage_id]
         self.final_output = stage_id in (0, 2)
@@ -86,10 +87,13 @@ class ScriptedEngineClient:
                                                       output_kind=RequestOutputKind.DELTA)
         self.script = script
         self.bus = bus
+        self.record = record
         self._tasks: dict[str, asyncio.Task] = {}
 
     async def add_request_async(self, request: StageInput) -> None:
         generate = (self._think, self._talk, self._speak)[self.stage_id]
+        if self.stage_id:
+            self.record.write(self.model_stage, request.request_id, "started")
         task = asyncio.create_task(generate(request), name=f"scripted-{self.model_stage}-{request.request_id}")
         self._tasks[request.request_id] = task
         task.add_done_callback(lambda done, rid=request.request_id: self._forget(rid, done))
@@ -98,6 +102,8 @@ class ScriptedEngineClient:
         for request_id in request_ids:
             task = self._tasks.pop(request_id, None)
             if task is not None:
+                if not task.done():
+                    self.record.write(self.model_stage, request_id, "aborted")
                 task.cancel()
 
     def _forget(self, request_id: str, task: asyncio.Task) -> None:
@@ -115,7 +121,10 @@ class ScriptedEngineClient:
     # ---- the three engine cores ----
 
     async def _think(self, request: StageInput) -> None:
-        index, text = reply_text(str((request.prompt or {}).get("prompt", "")), word_count=self.script.word_count)
+        prompt = str((request.prompt or {}).get("prompt", ""))
+        index, text = reply_text(prompt, word_count=self.script.word_count)
+        self.record.write(self.model_stage, request.request_id, "started", conversation=prompt_messages(prompt),
+                          reply=text)
         self.bus.replies[request.request_id] = (index, text)
         words = text.split(" ")
         for position, word in enumerate(words):
@@ -123,6 +132,7 @@ class ScriptedEngineClient:
             last = position == len(words) - 1
             delta = word if position == 0 else " " + word
             self.bus.put(0, _text_output(request.request_id, delta, [1000 + position], finished=last))
+        self.record.write(self.model_stage, request.request_id, "finished")
 
     async def _talk(self, request: StageInput) -> None:
         index, text = self.bus.replies.get(request.request_id, (1, ""))
@@ -130,6 +140,7 @@ class ScriptedEngineClient:
         await asyncio.sleep(THINKER_STEP_S)
         codes = [index * 100 + position for position in range(len(words))]
         self.bus.put(1, _text_output(request.request_id, "", codes, finished=True))
+        self.record.write(self.model_stage, request.request_id, "finished", codes=len(codes))
 
     async def _speak(self, request: StageInput) -> None:
         index, _ = self.bus.replies.pop(request.request_id, (1, ""))
@@ -145,6 +156,7 @@ class ScriptedEngineClient:
             piece = audio[offset:offset + chunk]
             last = offset + chunk >= len(audio)
             self.bus.put(2, _audio_output(request.request_id, piece, rate, finished=last))
+        self.record.write(self.model_stage, request.request_id, "finished", audio_s=round(len(audio) / rate, 3))
 
 
 class ScriptedStagePool(StagePool):
@@ -161,12 +173,13 @@ class ScriptedStagePool(StagePool):
         raise RuntimeError(f"the scripted stage {self.stage_id} takes no streaming updates ({request_id})")
 
 
-def build_stage_pools(script: PeerScript, model_dir: str) -> tuple[list[ScriptedStagePool], OutputBus]:
+def build_stage_pools(script: PeerScript, model_dir: str,
+                      record: EngineRecord) -> tuple[list[ScriptedStagePool], OutputBus]:
     bus = OutputBus()
     pools = []
     for stage_id, name in enumerate(STAGE_NAMES):
         model_config = SimpleNamespace(model=model_dir, model_stage=name, trust_remote_code=False, revision=None)
-        pools.append(ScriptedStagePool(stage_id, ScriptedEngineClient(stage_id, script, bus),
+        pools.append(ScriptedStagePool(stage_id, ScriptedEngineClient(stage_id, script, bus, record),
                                        stage_vllm_config=SimpleNamespace(model_config=model_config)))
     return pools, bus
 

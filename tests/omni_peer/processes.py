@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from devtools.omni_peer.engine_record import read_record
+
 REPO = Path(__file__).resolve().parents[2]
 OMNI_PYTHON = REPO / ".venv-omni" / "bin" / "python"
 #: The peer imports vLLM and vLLM-Omni (about 40 s on an idle core); the loaded CI machine gets more.
@@ -111,7 +113,12 @@ class OmniPeer(Process):
                 "--max-sessions", str(max_sessions)]
         if text_only:
             argv.append("--text-only")
-        super().__init__(argv, port, log_path)
+        self.record_path = log_path.with_suffix(".record.jsonl")
+        super().__init__(argv + ["--record", str(self.record_path)], port, log_path)
+
+    def record(self) -> list[dict]:
+        """What its scripted engine cores did so far (devtools.omni_peer.engine_record)."""
+        return read_record(self.record_path)
 
     @property
     def realtime_url(self) -> str:

@@ -1,5 +1,6 @@
 """A call that outlives its backend, with real parts: two ``duplex-agent serve`` backends (the scripted
-model) behind a front ``serve --backend A --backend B``, and a realtime-websocket caller on the front."""
+model) and the real vLLM-Omni 0.30.0 (``devtools.omni_peer``) behind a front ``serve --backend A
+--backend B [--backend PEER]``, and a realtime-websocket caller on the front."""
 
 from __future__ import annotations
 
@@ -8,10 +9,25 @@ import asyncio
 import pytest
 
 from tests.conformance.omni_client import OmniClient, tone
+from tests.omni_peer.conftest import omni_python  # noqa: F401  (the fixture: .venv-omni, built or skipped)
+from tests.omni_peer.processes import PEER_START_TIMEOUT_S, OmniPeer, free_port
 from tests.remote.serve_processes import Serve
 
 MANUAL = {"turn_detection": None}
 BACKEND_ARGS = ("--plugin", "scripted", "--drain-timeout", "2")
+
+
+@pytest.fixture(scope="module")
+def omni_peer(omni_python, tmp_path_factory):  # noqa: F811
+    """The real vLLM-Omni peer, started once for the module (it takes a minute to import vLLM)."""
+    peer = OmniPeer(free_port(), tmp_path_factory.mktemp("omni-peer") / "omni-peer.log")
+    peer.start()
+    try:
+        peer.ready(PEER_START_TIMEOUT_S)
+        yield peer
+    finally:
+        peer.stop()
+        print(f"--- {peer.log_path.name} (tail) ---\n{peer.log()[-3000:]}")
 
 
 @pytest.fixture
@@ -73,21 +89,56 @@ async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve
                         *extra).ready()
 
 
-async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_the_other_with_the_history(
-        serves, clients):
+async def peer_added(front: Serve, listed, urls: list[str], peer: OmniPeer) -> None:
+    """Add the peer to the front's backend file and SIGHUP it; wait until the front lists it.
+
+    The front knows vLLM-Omni's free sessions only as its own room there (vLLM-Omni's /health
+    publishes none), so before its first call the peer ties with a serve backend and the round
+    trip decides: it joins once the call is on a serve backend."""
+    import signal
+
+    listed.write_text("".join(f"{url}\n" for url in [*urls, peer.realtime_url]))
+    assert front.process is not None
+    front.process.send_signal(signal.SIGHUP)
+    label = f'duplex_backend_sessions{{backend="{peer.realtime_url.split("?")[0]}"}}'
+    for _ in range(300):
+        if label in await front.metrics():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the front never listed the peer:\n{await front.metrics()}")
+
+
+def peer_turns(peer: OmniPeer, after: int) -> list[dict]:
+    """The thinker turns the peer's scripted engine started, from its record's line ``after`` on."""
+    return [line for line in peer.record()[after:] if line["stage"] == "thinker" and line["event"] == "started"]
+
+
+def transcript(seen: list[dict]) -> str:
+    return next(e["transcript"] for e in seen if e["type"] == "response.output_audio_transcript.done")
+
+
+async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_another_with_the_history(
+        serves, clients, omni_peer, tmp_path):
+    """Two serve backends and the real vLLM-Omni: the call moves to the other serve or to vLLM-Omni
+    (whichever the front ranks first), and the history is checked where it went."""
     a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
     await a.ready()
     await b.ready()
-    front = await front_of(serves, a.url, b.url)
+    listed = tmp_path / "backends"
+    listed.write_text(f"{a.url}\n{b.url}\n")
+    front = await front_of(serves, f"@{listed}")
     caller = clients(front.url)
     await caller.open(MANUAL)
     await ask(caller)
     created, _ = await caller.until("response.created", timeout=30)
-    done, _ = await caller.until("response.done", timeout=30)
+    done, seen = await caller.until("response.done", timeout=30)
     assert done["response"]["status"] == "completed"
+    first_answer = transcript(seen)
     await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
     used = await in_use(a, b)
     other = b if used is a else a
+    await peer_added(front, listed, [a.url, b.url], omni_peer)
+    recorded = len(omni_peer.record())
     # The next answer starts playing, and its host dies.
     await ask(caller)
     playing, _ = await caller.until("response.created", timeout=30)
@@ -96,12 +147,55 @@ async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_the_o
     await ask(caller)  # the caller asks again at once
     answered, seen = await answer_after(caller, playing["response_id"])
     assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
-    assert ((await other.health()) or {}).get("sessions") == 1
-    # The history of the call is on the new backend: the first answer's item, as it was heard.
-    await caller.send({"type": "conversation.item.retrieve", "item_id": created["item_id"]})
-    retrieved, _ = await caller.until("conversation.item.retrieved", timeout=30)
-    assert "one two" in str(retrieved["item"]["content"])
     assert "duplex_backend_failovers_total 1.0" in await front.metrics()
+    # The history of the call is on the new backend: the first answer's item, as it was heard.
+    if turns := peer_turns(omni_peer, recorded):
+        assert len(turns) == 1 and transcript(seen) == turns[0]["reply"], (seen, turns)
+        assert {"role": "assistant", "parts": [first_answer]} in turns[0]["conversation"], turns[0]["conversation"]
+    else:
+        assert ((await other.health()) or {}).get("sessions") == 1
+        await caller.send({"type": "conversation.item.retrieve", "item_id": created["item_id"]})
+        retrieved, _ = await caller.until("conversation.item.retrieved", timeout=30)
+        assert "one two" in str(retrieved["item"]["content"])
+
+
+async def test_a_call_whose_serve_backends_die_goes_on_on_vllm_omni_with_its_history(
+        serves, clients, omni_peer, tmp_path):
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    listed = tmp_path / "backends"
+    listed.write_text(f"{a.url}\n{b.url}\n")
+    front = await front_of(serves, f"@{listed}")
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    heard: list[str] = []
+    recorded = None
+    # Each answer from a serve backend is heard in full, then its host dies, until the call is on vLLM-Omni.
+    while True:
+        await ask(caller)
+        done, seen = await caller.until("response.done", timeout=60)
+        assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+        assert done["response"]["status"] == "completed", seen
+        if recorded is not None and peer_turns(omni_peer, recorded):
+            break
+        assert len(heard) < 2, "both serve backends died and the call is still not on vLLM-Omni"
+        heard.append(transcript(seen))
+        await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
+        (await in_use(*[backend for backend in (a, b) if backend.process.poll() is None])).kill()
+        if recorded is None:
+            await peer_added(front, listed, [a.url, b.url], omni_peer)
+            recorded = len(omni_peer.record())
+    # On the peer's side: its thinker was prompted with the call so far, the history items first.
+    answer = transcript(seen)
+    turns = peer_turns(omni_peer, recorded)
+    assert len(turns) == 1 and answer == turns[0]["reply"], (answer, turns)
+    conversation = turns[0]["conversation"]
+    assert [m["parts"] for m in conversation if m["role"] == "assistant"] == [[text] for text in heard], conversation
+    assert [m["role"] for m in conversation] == ["user", "assistant"] * len(heard) + ["user"], conversation
+    # The scripted thinker numbers its reply by the user turns it was given: this is the call's next one.
+    assert answer.startswith(f"reply {len(heard) + 1} "), answer
+    assert f"duplex_backend_failovers_total {float(len(heard))}" in await front.metrics()
 
 
 class HostAddress:
