@@ -3,8 +3,10 @@
 The caller is the participant named in the job's metadata, else the first
 standard or SIP participant to publish a microphone; when they leave, the next
 one. Only the caller's microphone is subscribed. The agent speaks through one
-audio track fed from the shared ``CallAudioPath`` playout, with a short
-AudioSource queue that is emptied at once on barge-in. Transcripts of both
+audio track fed from the shared ``CallAudioPath`` playout as the direct path's
+track is: each 20 ms frame is taken at its deadline and handed to the AudioSource
+at once, so its short queue holds at most that frame and a pause is heard in the
+next frame; a barge-in's clear empties the queue too. Transcripts of both
 sides go out on ``lk.transcription`` text streams; the agent's state is the
 ``lk.agent.state`` attribute (beside it ``duplex.turn_ms``, ``duplex.barge_in_ms`` and
 ``duplex.random_weights`` for the page); SIP DTMF digits reach the session. The caller's
@@ -41,9 +43,12 @@ from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 log = logging.getLogger("duplex_agent.livekit")
 
 SAMPLE_RATE = 48000
-FRAME_SAMPLES = 960
-#: The AudioSource's own queue: short, since barge-in empties it anyway.
-SOURCE_QUEUE_MS = 60
+#: The AudioSource's own queue: room for the frame just sent and one more. Each frame is
+#: captured at its deadline (``AgentVoiceSource.send_paced``), so the queue holds at most that
+#: frame: a pause is heard in the next frame. Filled ahead instead (a capture awaited until the
+#: source has room), a 60 ms queue held 60-80 ms, which kept playing after the playout paused:
+#: most of what the caller heard beyond the LiveKit floor at a barge-in (bench.livekit_send_queue).
+SOURCE_QUEUE_MS = 40
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
@@ -258,19 +263,11 @@ class LiveKitRoomCall:
             await stream.aclose()
 
     async def _speak(self) -> None:
-        """Feed the track 20 ms at a time; the source's short queue paces this loop.
-
-        While the agent is quiet nothing is captured (the native source sends silence by
-        itself): the loop waits for the next audio instead of an FFI round trip per frame.
-        """
+        """The playout's frames, each taken at its 20 ms deadline and sent at once, as the direct
+        path's track does; while the agent is quiet, the native source sends silence by itself."""
         path = self.path
-        while path is not None and path is self.path:
-            pcm = path.next_frame()
-            if not path.playout.playing:
-                await path.playout.wait_for_audio()
-                continue
-            frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
-            await self.source.capture_frame(frame)
+        if path is not None:
+            await self.source.send_paced(path.next_frame, lambda: path.playout.playing, path.playout.wait_for_audio)
 
     # ---- room events ----
 
