@@ -51,6 +51,7 @@ class AgentVoiceSource:
 
     def __init__(self, sample_rate: int, num_channels: int, *, queue_size_ms: int) -> None:
         self._router = FfiRouter.shared()
+        self.queue_size_ms = queue_size_ms
         self.source = rtc.AudioSource(sample_rate, num_channels, queue_size_ms=queue_size_ms)
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
@@ -77,13 +78,14 @@ class AgentVoiceSource:
         loop's clock (sleeps that run long do not drift), each taken at its deadline and handed to
         the source at once, its acknowledgement waking no loop.
 
-        The source's queue then holds at most the frame just sent, so a pause or a clear in the
-        playout is heard in the next frame. While ``playing()`` is false nothing is captured: the
-        native source sends silence by itself, and this waits for the next audio. A loop that
-        falls behind by more than a frame starts its schedule again instead of bursting, which
-        would overfill the short queue (a frame it refuses is lost)."""
+        The source's queue then holds about the frame just sent, so a pause or a clear in the
+        playout is heard in the next frame. While ``playing()`` is false nothing is captured (a
+        queued native source sends silence by itself) and this waits for the next audio. A loop
+        that falls behind by more than a frame starts its schedule again instead of bursting,
+        which would put frames ahead in the queue, where a pause no longer reaches them."""
         loop = asyncio.get_running_loop()
         rate = self.source.sample_rate
+        part = rate // 100 if self.queue_size_ms == 0 else 1 << 30  # an unqueued source takes 10 ms
         start, frames = loop.time(), 0
         while True:
             pcm = next_frame()
@@ -91,7 +93,8 @@ class AgentVoiceSource:
                 await wait_for_audio()
                 start, frames = loop.time(), 0
                 continue
-            self.capture_now(rtc.AudioFrame(pcm.tobytes(), rate, 1, pcm.size))
+            for at in range(0, pcm.size, part):
+                self.capture_now(rtc.AudioFrame(pcm[at : at + part].tobytes(), rate, 1, min(part, pcm.size - at)))
             frames += 1
             frame_s = pcm.size / rate
             deadline, now = start + frames * frame_s, loop.time()

@@ -43,12 +43,16 @@ from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 log = logging.getLogger("duplex_agent.livekit")
 
 SAMPLE_RATE = 48000
-#: The AudioSource's own queue: room for the frame just sent and one more. Each frame is
-#: captured at its deadline (``AgentVoiceSource.send_paced``), so the queue holds at most that
-#: frame: a pause is heard in the next frame. Filled ahead instead (a capture awaited until the
-#: source has room), a 60 ms queue held 60-80 ms, which kept playing after the playout paused:
-#: most of what the caller heard beyond the LiveKit floor at a barge-in (bench.livekit_send_queue).
-SOURCE_QUEUE_MS = 40
+#: The AudioSource's own queue. Each frame is captured at its deadline
+#: (``AgentVoiceSource.send_paced``), so the queue holds about that frame and a pause is heard
+#: in the next one; the room beyond it is for a native ticker that falls behind on a busy
+#: machine (a frame the source has no room for is lost). Filled ahead instead (a capture awaited
+#: until the source had room), a 60 ms queue held 60-80 ms, which played on after the playout
+#: paused: most of what the caller heard beyond the LiveKit floor (bench.livekit_send_queue).
+#: Queued, not unqueued: the native source sends silence by itself while nothing is captured,
+#: and a stream that stops instead reaches the caller late after each quiet gap
+#: (bench.livekit_quiet_gap).
+SOURCE_QUEUE_MS = 100
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
