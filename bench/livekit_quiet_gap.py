@@ -2,11 +2,12 @@
 
 One process, the loopback LiveKit server, an agent and a caller in one room (the real livekit
 SDK on both sides). The agent says 300 ms bursts of tone with quiet gaps between them (0.5 to
-2 s, as between replies), its frames paced by ``AgentVoiceSource.send_paced``; nothing is
-captured while it is quiet. ``queued``: the worker's 40 ms source queue, whose native source
-sends silence by itself while nothing is captured. ``unqueued``: ``queue_size_ms=0``, so the
-stream stops in the gaps (the least CPU, as nothing is encoded or sent). The caller times each
-burst from its first frame handed to the source to its first loud 10 ms frame heard, and counts
+2 s, as between replies), and captures nothing while it is quiet. ``queued``: the worker's
+source (``SOURCE_QUEUE_MS``, frames awaited into it as ``webrtc.livekit.room`` does), whose
+native source sends silence by itself while nothing is captured. ``unqueued``:
+``queue_size_ms=0`` (the branch ``lkcpu``'s source, the least CPU: nothing is encoded or sent
+while quiet), its 10 ms frames paced by the loop, so the stream stops in the gaps. The caller
+times each burst from its first frame captured to its first loud 10 ms frame heard, and counts
 the loud audio it heard of it. The modes alternate, burst sequence by burst sequence.
 
 Prints figures; never passes or fails on time.
@@ -38,33 +39,36 @@ BURST_FRAMES = 15  # 300 ms
 GAPS_S = (0.5, 1.0, 1.5, 2.0, 0.5, 1.0)
 MODES = ("queued", "unqueued")
 TONE = (0.3 * 32767 * np.sin(2 * np.pi * 440 * np.arange(FRAME) / RATE)).astype(np.int16)
-SILENT = np.zeros(FRAME, np.int16)
 LOUD_RMS = 0.02
 
 
 class Bursts:
-    """The agent's playout stand-in: a burst of tone frames when asked, silence otherwise."""
+    """The agent's voice: a burst of tone frames when asked, nothing captured otherwise."""
 
-    def __init__(self) -> None:
-        self.left = 0
+    def __init__(self, source: AgentVoiceSource, queued: bool) -> None:
+        self.source, self.queued = source, queued
         self.first_sent_at: float | None = None
-        self.audio = asyncio.Event()
+        self._asked = asyncio.Event()
 
     def say(self) -> None:
-        self.left, self.first_sent_at = BURST_FRAMES, None
-        self.audio.set()
+        self.first_sent_at = None
+        self._asked.set()
 
-    def next_frame(self) -> np.ndarray:
-        if not self.left:
-            self.audio.clear()
-            return SILENT
-        if self.left == BURST_FRAMES:
+    async def speak(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._asked.wait()
+            self._asked.clear()
             self.first_sent_at = time.perf_counter()
-        self.left -= 1
-        return TONE
-
-    def playing(self) -> bool:
-        return self.audio.is_set()
+            if self.queued:  # the worker's way: the source's queue paces the captures
+                for _ in range(BURST_FRAMES):
+                    await self.source.capture_frame(rtc.AudioFrame(TONE.tobytes(), RATE, 1, FRAME))
+                continue
+            start = loop.time()  # unqueued: 10 ms frames on the loop's clock
+            for n in range(2 * BURST_FRAMES):
+                part = TONE[(n % 2) * FRAME // 2 : (n % 2 + 1) * FRAME // 2]
+                await self.source.capture_frame(rtc.AudioFrame(part.tobytes(), RATE, 1, FRAME // 2))
+                await asyncio.sleep(max(0.0, start + (n + 1) * FRAME / RATE / 2 - loop.time()))
 
 
 async def sequence(url: str, mode: str, index: int) -> list[tuple[float, float, float]]:
@@ -82,7 +86,7 @@ async def sequence(url: str, mode: str, index: int) -> list[tuple[float, float, 
         rtc.LocalAudioTrack.create_audio_track("agent-voice", source.source),
         rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
     stream = CallerAudioStream(await asyncio.wait_for(subscribed, 20), RATE, frame_size_ms=10)
-    bursts = Bursts()
+    bursts = Bursts(source, mode == "queued")
     heard: list[tuple[float, float]] = []  # (when, loud ms) of each loud frame
 
     async def listen() -> None:
@@ -92,7 +96,7 @@ async def sequence(url: str, mode: str, index: int) -> list[tuple[float, float, 
                 heard.append((time.perf_counter(), 1000.0 * samples.size / RATE))
 
     listener = asyncio.create_task(listen())
-    sender = asyncio.create_task(source.send_paced(bursts.next_frame, bursts.playing, bursts.audio.wait))
+    sender = asyncio.create_task(bursts.speak())
     figures: list[tuple[float, float, float]] = []
     try:
         await asyncio.sleep(1.0)
@@ -141,7 +145,7 @@ def main() -> None:
         finally:
             server.stop()
     burst_ms = 1000.0 * BURST_FRAMES * FRAME / RATE
-    print(f"a {burst_ms:.0f} ms burst after a quiet gap: its first frame handed to the source -> first loud "
+    print(f"a {burst_ms:.0f} ms burst after a quiet gap: its first frame captured -> first loud "
           "frame heard, and how much of it was heard loud:")
     for mode in MODES:
         for gap in sorted(set(GAPS_S)):

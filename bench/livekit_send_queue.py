@@ -1,4 +1,4 @@
-"""What the agent's send side still plays after a pause: livekit's queued source against ours.
+"""What the agent's send side still plays after a pause: the worker's old 60 ms source queue against its one frame.
 
 One process, no room: the agent's voice source feeds a local track, read back through an audio
 stream in 10 ms frames, so what is measured is only what the source holds between a capture and
@@ -6,11 +6,10 @@ WebRTC (the network and the caller's jitter buffer are the same for both and lef
 trial plays a tone, asks a pause at a random moment (as the barge-in gate does), and times the
 pause to the first silent 10 ms frame out of the track.
 
-``queued``: the worker's sender before it paced its frames: 20 ms frames awaited into a source
-with a 60 ms queue (the source takes a frame once it holds no more than its queue, so it is
-filled ahead). ``paced``: the worker's sender (``AgentVoiceSource.send_paced``, the queue of
-``webrtc.livekit.room``): a 20 ms frame taken at each deadline and handed over at once. The
-modes alternate, trial by trial.
+Both send as the worker does (``webrtc.livekit.room``: each 20 ms frame awaited into the source,
+which takes it once it holds no more than its queue, so the queue is kept filled).
+``queue60``: the worker's queue before (60 ms). ``queue20``: its queue now
+(``SOURCE_QUEUE_MS``, one frame). The modes alternate, trial by trial.
 
 Prints figures; never passes or fails on time.
 
@@ -31,8 +30,8 @@ from bench.stats import percentile
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.room import SAMPLE_RATE, SOURCE_QUEUE_MS
 
-MODES = ("queued", "paced")
-QUEUED_MS = 60  # main's SOURCE_QUEUE_MS before this change
+MODES = ("queue60", "queue20")
+QUEUE_MS = {"queue60": 60, "queue20": SOURCE_QUEUE_MS}
 FRAME_SAMPLES = 960
 TONE = (0.3 * 32767 * np.sin(2 * np.pi * 440 * np.arange(FRAME_SAMPLES) / SAMPLE_RATE)).astype(np.int16)
 SILENT = np.zeros(FRAME_SAMPLES, np.int16)
@@ -48,25 +47,15 @@ class Tone:
         return TONE if self.pause_asked_at is None else SILENT
 
 
-async def send_queued(source: AgentVoiceSource, tone: Tone, stop: asyncio.Event) -> None:
+async def send(source: AgentVoiceSource, tone: Tone, stop: asyncio.Event) -> None:
     while not stop.is_set():
         frame = tone.next_frame()
         await source.capture_frame(rtc.AudioFrame(frame.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES))
 
 
-async def send_paced(source: AgentVoiceSource, tone: Tone, stop: asyncio.Event) -> None:
-    async def never() -> None:
-        await stop.wait()
-
-    sending = asyncio.ensure_future(source.send_paced(tone.next_frame, lambda: True, never))
-    await stop.wait()
-    sending.cancel()
-    await asyncio.gather(sending, return_exceptions=True)
-
-
 async def trial(mode: str, index: int) -> float | None:
     """Pause asked -> the first silent frame out of the track, in ms (None: none within 2 s)."""
-    source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=QUEUED_MS if mode == "queued" else SOURCE_QUEUE_MS)
+    source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=QUEUE_MS[mode])
     track = rtc.LocalAudioTrack.create_audio_track(f"{mode}-{index}", source.source)
     stream = CallerAudioStream(track, SAMPLE_RATE, frame_size_ms=10)
     tone, stop = Tone(), asyncio.Event()
@@ -83,7 +72,7 @@ async def trial(mode: str, index: int) -> float | None:
                 return
 
     reader = asyncio.create_task(read())
-    sender = asyncio.create_task((send_queued if mode == "queued" else send_paced)(source, tone, stop))
+    sender = asyncio.create_task(send(source, tone, stop))
     try:
         await asyncio.wait_for(heard_tone.wait(), 5)
         await asyncio.sleep(0.2 + random.uniform(0, 0.04))  # a settled stream, a random phase

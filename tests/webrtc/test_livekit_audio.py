@@ -9,7 +9,6 @@ from livekit.rtc._ffi_client import FfiClient
 
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
-from duplex_agent.webrtc.livekit.room import SOURCE_QUEUE_MS
 
 pytestmark = pytest.mark.asyncio
 
@@ -70,90 +69,3 @@ async def test_the_router_delivers_nothing_through_the_sdk_queue():
     assert router._route(early) is False
     done = await asyncio.wait_for(router.expect_capture(424242), 1)
     assert done.capture_audio_frame.async_id == 424242
-
-
-async def test_an_unqueued_source_sends_what_is_captured_and_wakes_no_loop_for_it(caplog):
-    """capture_now: 10 ms frames reach the track at once; their acknowledgements are routed to no
-    loop and leave nothing waiting; a frame the source refuses is logged, not raised."""
-    router = FfiRouter.shared()
-    source = AgentVoiceSource(RATE, 1, queue_size_ms=0)
-    track = rtc.LocalAudioTrack.create_audio_track("unqueued", source.source)
-    stream = CallerAudioStream(track, RATE, frame_size_ms=20)
-    seen: list[int] = []
-
-    async def read() -> None:
-        async for frame in stream:
-            seen.extend(int(v) for v in np.unique(np.frombuffer(frame.data, dtype=np.int16)) if v)
-            if seen:
-                return
-
-    reader = asyncio.create_task(read())
-    routed = router.routed
-    loop = asyncio.get_running_loop()
-    for _ in range(20):  # 200 ms, in real time
-        source.capture_now(rtc.AudioFrame(np.full(480, 1500, dtype=np.int16).tobytes(), RATE, 1, 480))
-        await asyncio.sleep(0.01)
-    await asyncio.wait_for(reader, 10)
-    assert set(seen) == {1500}
-    caplog.set_level("WARNING", logger="duplex_agent.livekit")
-    source.capture_now(_frame(700))  # 20 ms: an unqueued source takes only 10 ms frames
-    deadline = loop.time() + 10
-    while not any("capture_audio_frame" in r.getMessage() for r in caplog.records):
-        assert loop.time() < deadline, "the refused frame's error was not logged"
-        await asyncio.sleep(0.02)
-    while router._unawaited:  # the last acknowledgements may still be on their way
-        assert loop.time() < deadline, f"acknowledgements left waiting: {router._unawaited}"
-        await asyncio.sleep(0.02)
-    # Only the stream's own frames were handed to this loop, none of the 21 captures' acknowledgements.
-    frames_read = router.routed - routed
-    assert frames_read <= 20 and not router._early
-    await stream.aclose()
-    await source.aclose()
-
-
-async def test_a_paced_sender_sends_every_frame_in_order_and_nothing_while_quiet():
-    """send_paced into the worker's short queue: each frame taken when it is due goes out whole and
-    in order (none refused by the queue), and while nothing plays nothing is captured."""
-    router = FfiRouter.shared()
-    source = AgentVoiceSource(RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
-    track = rtc.LocalAudioTrack.create_audio_track("paced", source.source)
-    stream = CallerAudioStream(track, RATE, frame_size_ms=20)
-    levels = list(range(100, 3100, 100))  # 30 frames, 600 ms
-    taken: list[int] = []
-    audio = asyncio.Event()
-    audio.set()
-
-    def next_frame() -> np.ndarray:
-        level = levels[len(taken)] if len(taken) < len(levels) else 0
-        taken.append(level)
-        return np.full(960, level, dtype=np.int16)
-
-    def playing() -> bool:
-        if len(taken) > len(levels):
-            audio.clear()
-        return audio.is_set()
-
-    seen: list[int] = []
-
-    async def read() -> None:
-        async for frame in stream:
-            seen.extend(int(v) for v in np.frombuffer(frame.data, dtype=np.int16) if v)
-            if len(seen) >= 960 * len(levels):
-                return
-
-    reader = asyncio.create_task(read())
-    sender = asyncio.create_task(source.send_paced(next_frame, playing, audio.wait))
-    await asyncio.wait_for(reader, 20)
-    ordered = [seen[i] for i in range(0, len(seen), 960)]
-    assert ordered == levels and len(seen) == 960 * len(levels)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while router._unawaited:  # the last acknowledgements may still be on their way
-        assert loop.time() < deadline, f"acknowledgements left waiting: {router._unawaited}"
-        await asyncio.sleep(0.02)
-    # Quiet: the sender waits for audio; it took one frame to see that, and captures nothing more.
-    assert len(taken) == len(levels) + 1 and not sender.done()
-    sender.cancel()
-    await asyncio.gather(sender, return_exceptions=True)
-    await stream.aclose()
-    await source.aclose()

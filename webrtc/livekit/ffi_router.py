@@ -63,7 +63,6 @@ class FfiRouter:
         self._participants: dict[int, _Target] = {}  # a room's, by its local participant's handle
         self._captures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
         self._early: OrderedDict[int, Any] = OrderedDict()
-        self._unawaited: set[int] = set()  # captures whose acknowledgement nobody waits for
         self.routed = 0  # events handed to a loop (for tests and benchmarks)
         # The SDK would use this loop only for events the filter lets through: none.
         self._unused_loop = asyncio.new_event_loop()
@@ -102,16 +101,11 @@ class FfiRouter:
                 async_id = event.capture_audio_frame.async_id
                 with self._lock:
                     waiter = self._captures.pop(async_id, None)
-                    unawaited = waiter is None and async_id in self._unawaited
-                    if unawaited:
-                        self._unawaited.discard(async_id)
-                    elif waiter is None:
+                    if waiter is None:
                         self._early[async_id] = event
                         while len(self._early) > _EARLY_KEPT:
                             self._early.popitem(last=False)
-                if unawaited:
-                    _log_capture_error(event)
-                elif waiter is not None:
+                if waiter is not None:
                     waiter[0].call_soon_threadsafe(_resolve, waiter[1], event)
                     self.routed += 1
         except Exception:  # never let the SDK deliver an event to our unused loop
@@ -190,20 +184,6 @@ class FfiRouter:
     def drop_capture(self, async_id: int) -> None:
         with self._lock:
             self._captures.pop(async_id, None)
-
-    def leave_capture(self, async_id: int) -> None:
-        """Nobody waits for this capture's acknowledgement: it wakes no loop; an error in it is logged."""
-        with self._lock:
-            early = self._early.pop(async_id, None)
-            if early is None:
-                self._unawaited.add(async_id)
-        if early is not None:
-            _log_capture_error(early)
-
-
-def _log_capture_error(event: proto_ffi.FfiEvent) -> None:
-    if event.capture_audio_frame.error:
-        log.warning("capture_audio_frame: %s", event.capture_audio_frame.error)
 
 
 def _resolve(future: asyncio.Future[Any], event: Any) -> None:

@@ -3,10 +3,8 @@
 The caller is the participant named in the job's metadata, else the first
 standard or SIP participant to publish a microphone; when they leave, the next
 one. Only the caller's microphone is subscribed. The agent speaks through one
-audio track fed from the shared ``CallAudioPath`` playout as the direct path's
-track is: each 20 ms frame is taken at its deadline and handed to the AudioSource
-at once, so its short queue holds at most that frame and a pause is heard in the
-next frame; a barge-in's clear empties the queue too. Transcripts of both
+audio track fed from the shared ``CallAudioPath`` playout, with a one-frame
+AudioSource queue (a pause is heard within 20-40 ms) that a barge-in empties at once. Transcripts of both
 sides go out on ``lk.transcription`` text streams; the agent's state is the
 ``lk.agent.state`` attribute (beside it ``duplex.turn_ms``, ``duplex.barge_in_ms`` and
 ``duplex.random_weights`` for the page); SIP DTMF digits reach the session. The caller's
@@ -43,16 +41,15 @@ from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 log = logging.getLogger("duplex_agent.livekit")
 
 SAMPLE_RATE = 48000
-#: The AudioSource's own queue. Each frame is captured at its deadline
-#: (``AgentVoiceSource.send_paced``), so the queue holds about that frame and a pause is heard
-#: in the next one; the room beyond it is for a native ticker that falls behind on a busy
-#: machine (a frame the source has no room for is lost). Filled ahead instead (a capture awaited
-#: until the source had room), a 60 ms queue held 60-80 ms, which played on after the playout
-#: paused: most of what the caller heard beyond the LiveKit floor (bench.livekit_send_queue).
-#: Queued, not unqueued: the native source sends silence by itself while nothing is captured,
-#: and a stream that stops instead reaches the caller late after each quiet gap
-#: (bench.livekit_quiet_gap).
-SOURCE_QUEUE_MS = 100
+FRAME_SAMPLES = 960
+#: The AudioSource's own queue: one frame. livekit takes a frame once the queue holds no more
+#: than its size, so it holds one to two of them (20-40 ms), paced by its own 10 ms ticker: a
+#: stall of the job's loop up to a frame is not heard. What it holds plays on after the playout
+#: pauses (only a barge-in's clear empties it): at 60 ms it held 60-80 ms, the largest part of
+#: what the caller heard beyond the LiveKit floor (bench.livekit_send_queue). Queued, not
+#: unqueued: the native source sends silence by itself while nothing is captured, and a stream
+#: that stops instead reaches the caller late after each quiet gap (bench.livekit_quiet_gap).
+SOURCE_QUEUE_MS = 20
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
@@ -267,11 +264,19 @@ class LiveKitRoomCall:
             await stream.aclose()
 
     async def _speak(self) -> None:
-        """The playout's frames, each taken at its 20 ms deadline and sent at once, as the direct
-        path's track does; while the agent is quiet, the native source sends silence by itself."""
+        """Feed the track 20 ms at a time; the source's one-frame queue paces this loop.
+
+        While the agent is quiet nothing is captured (the native source sends silence by
+        itself): the loop waits for the next audio instead of an FFI round trip per frame.
+        """
         path = self.path
-        if path is not None:
-            await self.source.send_paced(path.next_frame, lambda: path.playout.playing, path.playout.wait_for_audio)
+        while path is not None and path is self.path:
+            pcm = path.next_frame()
+            if not path.playout.playing:
+                await path.playout.wait_for_audio()
+                continue
+            frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
+            await self.source.capture_frame(frame)
 
     # ---- room events ----
 
