@@ -44,11 +44,12 @@ SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960
 #: The AudioSource's own queue: one frame. livekit takes a frame once the queue holds no more
 #: than its size, so it holds one to two of them (20-40 ms), paced by its own 10 ms ticker: a
-#: stall of the job's loop up to a frame is not heard. What it holds plays on after the playout
-#: pauses (only a barge-in's clear empties it): at 60 ms it held 60-80 ms, the largest part of
-#: what the caller heard beyond the LiveKit floor (bench.livekit_send_queue). Queued, not
-#: unqueued: the native source sends silence by itself while nothing is captured, and a stream
-#: that stops instead reaches the caller late after each quiet gap (bench.livekit_quiet_gap).
+#: stall of the job's loop shorter than a frame is not heard. What it holds plays on after the
+#: playout pauses (only a barge-in's clear empties it): at 60 ms it held 60-80 ms, the largest
+#: part of what the caller heard beyond the LiveKit floor (bench.livekit_send_queue). Queued,
+#: not unqueued: the native source sends silence by itself while nothing is captured; a stream
+#: that stops instead reached the caller late or stretched after quiet gaps
+#: (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 20
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
