@@ -1,4 +1,4 @@
-"""What the agent's send side still plays after a pause: the worker's old 60 ms source queue against its one frame.
+"""What the agent's send side still plays after a pause: the worker's old 60 ms source queue against shorter ones.
 
 One process, no room: the agent's voice source feeds a local track, read back through an audio
 stream in 10 ms frames, so what is measured is only what the source holds between a capture and
@@ -8,8 +8,8 @@ pause to the first silent 10 ms frame out of the track.
 
 Both send as the worker does (``webrtc.livekit.room``: each 20 ms frame awaited into the source,
 which takes it once it holds no more than its queue, so the queue is kept filled).
-``queue60``: the worker's queue before (60 ms). ``queue20``: its queue now
-(``SOURCE_QUEUE_MS``, one frame). The modes alternate, trial by trial.
+``queue60``: the worker's queue before (60 ms). ``queue40``: its queue now
+(``SOURCE_QUEUE_MS``, two frames). ``queue20``: one frame. The modes alternate, trial by trial.
 
 Prints figures; never passes or fails on time.
 
@@ -30,8 +30,8 @@ from bench.stats import percentile
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.room import SAMPLE_RATE, SOURCE_QUEUE_MS
 
-MODES = ("queue60", "queue20")
-QUEUE_MS = {"queue60": 60, "queue20": SOURCE_QUEUE_MS}
+MODES = ("queue60", "queue40", "queue20")
+QUEUE_MS = {"queue60": 60, "queue40": SOURCE_QUEUE_MS, "queue20": 20}
 FRAME_SAMPLES = 960
 TONE = (0.3 * 32767 * np.sin(2 * np.pi * 440 * np.arange(FRAME_SAMPLES) / SAMPLE_RATE)).astype(np.int16)
 SILENT = np.zeros(FRAME_SAMPLES, np.int16)
