@@ -245,7 +245,8 @@ def livekit_barge_in_floors(run: Run) -> list[BargeInFloor]:
     the bare livekit.rtc agent through the same server in the same run, per call count."""
     floors = []
     for sessions in sorted({r.sessions for r in run.rounds}):
-        mine = [r for r in run.rounds if r.sessions == sessions and over_livekit(r.path) and r.complete]
+        mine = [r for r in run.rounds if r.sessions == sessions and over_livekit(r.path)
+                and not is_control(r.path) and r.complete]  # a --control worker is not ours
         heard = {p: [v for r in mine if kind(r.path) == p for v in r.heard_stop_ms] for p in ("livekit", "livekit-echo")}
         if heard["livekit"] and heard["livekit-echo"]:
             floors.append(BargeInFloor(sessions, _percentiles(heard["livekit"]), _percentiles(heard["livekit-echo"]),

@@ -3,11 +3,12 @@
 The caller is the participant named in the job's metadata, else the first
 standard or SIP participant to publish a microphone; when they leave, the next
 one. Only the caller's microphone is subscribed. The agent speaks through one
-audio track fed from the shared ``CallAudioPath`` playout, with a short
-AudioSource queue that is emptied at once on barge-in. Transcripts of both
-sides go out on ``lk.transcription`` text streams; the agent's state is the
-``lk.agent.state`` attribute (beside it ``duplex.turn_ms``, ``duplex.barge_in_ms`` and
-``duplex.random_weights`` for the page); SIP DTMF digits reach the session. The caller's
+audio track fed from the shared ``CallAudioPath`` playout, with a two-frame
+AudioSource queue (a pause is heard within 40-60 ms) that a barge-in empties at
+once. Transcripts of both sides go out on ``lk.transcription`` text streams; the
+agent's state is the ``lk.agent.state`` attribute (beside it ``duplex.turn_ms``,
+``duplex.barge_in_ms`` and ``duplex.random_weights`` for the page); SIP DTMF digits
+reach the session. The caller's
 typed events -- ``error`` (a refusal, a lost backend) and ``session.closed`` --
 go out as their wire JSON, one text message each on the ``duplex.events``
 topic. A conversation the backend ends (``backend_lost``, ``shutting_down``)
@@ -42,8 +43,16 @@ log = logging.getLogger("duplex_agent.livekit")
 
 SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960
-#: The AudioSource's own queue: short, since barge-in empties it anyway.
-SOURCE_QUEUE_MS = 60
+#: The AudioSource's own queue: two frames, as the bare livekit.rtc floor agent keeps. livekit
+#: takes a frame once the queue holds no more than its size, so it holds 40-60 ms, paced by its
+#: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. What it
+#: holds plays on after the playout pauses (only a barge-in's clear empties it): at 60 ms it
+#: held 60-80 ms, the largest part of what the caller heard beyond the LiveKit floor; one frame
+#: (20-40 ms) left the stream to the loaded job loop's timing (bench.livekit_send_queue,
+#: bench.livekit_path --control). Queued, not unqueued: the native source sends silence by
+#: itself while nothing is captured; a stream that stops instead reached the caller late or
+#: stretched after quiet gaps (bench.livekit_quiet_gap).
+SOURCE_QUEUE_MS = 40
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
@@ -258,7 +267,7 @@ class LiveKitRoomCall:
             await stream.aclose()
 
     async def _speak(self) -> None:
-        """Feed the track 20 ms at a time; the source's short queue paces this loop.
+        """Feed the track 20 ms at a time; the source's two-frame queue paces this loop.
 
         While the agent is quiet nothing is captured (the native source sends silence by
         itself): the loop waits for the next audio instead of an FFI round trip per frame.
