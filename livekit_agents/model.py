@@ -55,9 +55,10 @@ class DuplexModel(llm.DuplexModel):
         """Our local backend in this worker: ``plugin`` is "reference", "moshi" or a dotted path.
 
         ``session`` is as for ``DuplexModel(url, session=...)``: every session opens with it.
-        ``plugin_options`` are the worker's settings (``moshi_config="tiny"``, ``device``,
-        ``max_sessions``...). The model loads once per process, starting now on a thread, and every
-        job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
+        ``plugin_options`` are the plugin's own options (its ``options_type``: for Moshi,
+        ``MoshiOptions``' ``moshi_config="tiny"``, ``device``...) and the worker's settings
+        (``max_sessions``...). The model loads once per process, starting now on a thread, and
+        every job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
         """
         model = cls.__new__(cls)
         backend = InProcessBackend(plugin, plugin_options)
