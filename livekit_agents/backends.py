@@ -28,7 +28,6 @@ class RemoteModelBackend:
     """Conversations on a duplex realtime websocket (``/v1/realtime?duplex=1``), resumed when dropped."""
 
     def __init__(self, url: str, *, api_key: str, session: dict[str, Any], options: RemoteOptions | None) -> None:
-        self.url = url
         self.backend = RemoteBackend(url, api_key=api_key, max_sessions=_REMOTE_SESSIONS, session=session,
                                      options=options)
 

@@ -46,41 +46,39 @@ class DuplexModel(llm.DuplexModel):
         its ``overlap_policy`` ("barge_in", the default, or "listen") is also the edge's.
         ``options``: the client's timeouts (``agent.remote.conversation.RemoteOptions``).
         """
-        super().__init__(capabilities=CAPABILITIES)
-        session = dict(session or {})
-        self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
-        self.turn_detection = session.get("turn_detection")
-        self._opening_update: dict[str, Any] = {}  # the remote backend sends ``session`` when it opens
-        self._backend: RemoteModelBackend | InProcessBackend = RemoteModelBackend(
-            url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key, session=session,
-            options=options)
-        self._model_name = url
-        self._attached: weakref.WeakSet[AgentSession] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
+        backend = RemoteModelBackend(url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key,
+                                     session=dict(session or {}), options=options)
+        self._setup(backend, session, name=url, opening_update={})  # the remote backend sends ``session`` itself
 
     @classmethod
     def in_process(cls, plugin: str, *, session: dict[str, Any] | None = None, **plugin_options: Any) -> DuplexModel:
         """Our local backend in this worker: ``plugin`` is "reference", "moshi" or a dotted path.
 
         ``session`` is as for ``DuplexModel(url, session=...)``: every session opens with it.
-        ``plugin_options`` are the worker's settings (``moshi_config="tiny"``, ``device``,
-        ``max_sessions``...). The model loads once per process, starting now on a thread, and every
-        job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
+        ``plugin_options`` are the plugin's own options (its ``options_type``: for Moshi,
+        ``MoshiOptions``' ``moshi_config="tiny"``, ``device``...) and the worker's settings
+        (``max_sessions``...). The model loads once per process, starting now on a thread, and
+        every job thread shares it: run the worker with ``job_executor_type=JobExecutorType.THREAD``.
         """
         model = cls.__new__(cls)
-        llm.DuplexModel.__init__(model, capabilities=CAPABILITIES)
-        session = dict(session or {})
-        model.overlap_policy = str(session.get("overlap_policy", "barge_in"))
-        model.turn_detection = session.get("turn_detection")
-        model._opening_update = session
-        model._backend = InProcessBackend(plugin, plugin_options)
-        model._backend.preload()
-        model._model_name = plugin
-        model._attached = weakref.WeakSet()
-        model._lock = threading.Lock()
-        model._gates = {}
+        backend = InProcessBackend(plugin, plugin_options)
+        model._setup(backend, session, name=plugin, opening_update=dict(session or {}))
+        backend.preload()
         return model
+
+    def _setup(self, backend: RemoteModelBackend | InProcessBackend, session: dict[str, Any] | None, *,
+               name: str, opening_update: dict[str, Any]) -> None:
+        """What both constructors set: the one place a new attribute goes."""
+        llm.DuplexModel.__init__(self, capabilities=CAPABILITIES)
+        session = session or {}
+        self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
+        self.turn_detection = session.get("turn_detection")
+        self._opening_update = opening_update  # session.update fields each session sends as it opens
+        self._backend = backend
+        self._model_name = name
+        self._attached: weakref.WeakSet[AgentSession] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
 
     @property
     def model(self) -> str:

@@ -3,7 +3,8 @@
 An option is either one of the worker's own settings (``agent/app/settings.py``:
 ``max_sessions``...) or one the plugin declares in its ``options_type`` (``moshi_config``,
 ``device``, ``responder``...); both go through the worker's own bootstrap, so an in-process
-model is configured exactly as ``duplex-agent serve --plugin NAME`` is.
+model is configured exactly as ``duplex-agent serve --plugin NAME`` is, and a plugin whose
+option has a worker setting's name is refused as the command line refuses it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from dataclasses import fields
 from typing import Any
 
 from duplex_agent.agent.app.bootstrap import build_backend
+from duplex_agent.agent.app.flags import check_option_names
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.plugins.contract.loading import duplex_plugin_type
 
 
 def plugin_settings(plugin: str, options: dict[str, Any]) -> Settings:
-    """Settings for ``plugin`` (an alias or a dotted path) with ``options``; TypeError naming a bad one."""
+    """Settings for ``plugin`` (an alias or a dotted path) with ``options``; TypeError naming a bad one,
+    ValueError naming a plugin option that has a worker setting's name (it would hide the setting)."""
     settings = Settings(plugin=plugin)
     options_type = duplex_plugin_type(settings.plugin_path).options_type
+    if options_type is not None:
+        check_option_names(settings.plugin, options_type)
     settings.plugin_options = options_type() if options_type is not None else None
     worker = {f.name for f in fields(Settings)} - {"plugin", "plugin_options"}
     own = {f.name for f in fields(options_type)} if options_type is not None else set()

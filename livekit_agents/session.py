@@ -29,6 +29,7 @@ from duplex_agent.livekit_agents.agent_link import AgentSessionLink
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.heard_words import HeardWords
 from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
+from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
@@ -199,10 +200,7 @@ class DuplexAgentSession(llm.DuplexSession):
 
     @staticmethod
     def _push(path: CallAudioPath, frame: rtc.AudioFrame) -> None:
-        samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) * np.float32(1.0 / 32768.0)
-        if frame.num_channels > 1:
-            samples = samples.reshape(-1, frame.num_channels).mean(axis=1)
-        path.push_caller_frame(samples, frame.sample_rate)
+        path.push_caller_frame(frame_samples(frame), frame.sample_rate)
 
     async def _update_instructions(self, instructions: str) -> None:
         self._instructions = instructions

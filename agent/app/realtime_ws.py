@@ -249,7 +249,9 @@ class RealtimeEndpoint:
             await live.emit(p.TurnEvent(event.event, "accepted"))
             return
         elif isinstance(event, p.ResponseCancel) and _finished(live, event.response_id):
-            # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
+            # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared
+            # (this client plays it; the edge transports' cancel of a reply still in our playout
+            # goes on to ResponseQueue.response_cancel, which stops it there).
             await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
                                             f"{live.encoder.last_response}", event_id=event.event_id))
             return

@@ -222,7 +222,9 @@ class ResponseManager:
         if active is not None and command.response_id in (None, active.response_id):
             await self.cancel(command.reason)
         elif last is not None and command.response_id in (None, last.response_id):
-            # Generation had finished but its audio may still be playing at the edge.
+            # Generation had finished but its audio may still be playing at the edge: the call path's
+            # barge-in (direct WebRTC, LiveKit) names the reply its playout holds. The websocket answers
+            # such a cancel itself (response_not_active, as vLLM-Omni does): its client holds the playout.
             last.ledger.interrupt()
             self._core.emit(p.OutputAudioBufferCleared(last.response_id))
         elif command.response_id:

@@ -58,9 +58,14 @@ class MoshiSpec:
     compile: bool = False
 
     @property
+    def files_given(self) -> bool:
+        """A weight or tokenizer file is named (then it is read, whatever the config)."""
+        return bool(self.moshi_weights or self.mimi_weights or self.tokenizer)
+
+    @property
     def random_weights(self) -> bool:
-        """No weight file is read: a random-weight shape, and no file given."""
-        return self.config in RANDOM_CONFIGS and not (self.moshi_weights or self.mimi_weights or self.tokenizer)
+        """No weight file is read: a random-weight config, and no file given."""
+        return self.config in RANDOM_CONFIGS and not self.files_given
 
 
 @dataclass(slots=True)
@@ -220,14 +225,14 @@ def load_models(spec: MoshiSpec) -> MoshiModels:
                               "(docs/architecture.md, 'Moshi')") from exc
     device = resolve_device(spec.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    random_weights = spec.config in RANDOM_CONFIGS
+    random_config = spec.config in RANDOM_CONFIGS  # a built-in shape, not a config.json
     tiny = spec.config == "tiny"
     files: CheckpointFiles | None = None
-    if spec.moshi_weights or spec.mimi_weights or spec.tokenizer:
-        lm_config = None if random_weights or not spec.config else config_from_file(spec.config)
+    if spec.files_given:
+        lm_config = None if random_config or not spec.config else config_from_file(spec.config)
         files = explicit_files(spec.moshi_weights, spec.mimi_weights, spec.tokenizer, need_tokenizer=not tiny,
                                lm_config=lm_config)
-    elif not random_weights:
+    elif not random_config:
         files = cached_repo_files(spec.repo)
         if spec.config:
             files = CheckpointFiles(files.moshi_weights, files.mimi_weights, files.tokenizer,

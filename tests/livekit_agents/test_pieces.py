@@ -149,6 +149,33 @@ def test_unknown_plugin_options_are_a_type_error_naming_them():
         DuplexModel.in_process("moshi", moshi_cfg="tiny")
 
 
+CLASHING_PLUGIN = '''
+from dataclasses import dataclass
+
+from duplex_agent.plugins.contract import option
+from duplex_agent.plugins.scripted import ScriptedPlugin
+
+
+@dataclass
+class ClashingOptions:
+    max_sessions: int = option(2, "an option named like one of the worker's settings")
+
+
+class ClashingPlugin(ScriptedPlugin):
+    options_type = ClashingOptions
+'''
+
+
+def test_a_plugin_option_named_like_a_worker_setting_is_refused_as_the_cli_refuses_it(tmp_path, monkeypatch):
+    """Before, the plugin's option silently took max_sessions=3 and the worker's setting was out of reach."""
+    (tmp_path / "clashing_lk.py").write_text(CLASHING_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(InProcessBackend, "preload", lambda self: None)
+    with pytest.raises(ValueError, match="declares an option 'max_sessions' in ClashingOptions, but that is the "
+                                         "worker setting max_sessions"):
+        DuplexModel.in_process("clashing_lk.ClashingPlugin", max_sessions=3)
+
+
 def test_in_process_options_configure_the_plugin_and_the_worker(monkeypatch):
     monkeypatch.setattr(InProcessBackend, "preload", lambda self: None)  # the settings, not a model load
     built = {}

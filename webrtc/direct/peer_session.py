@@ -36,6 +36,7 @@ from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
+from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
@@ -51,9 +52,6 @@ METRICS_INTERVAL_S = 5.0
 METRICS_REQUEST = "metrics.request"
 _EARLY_MESSAGES_KEPT = 200  # page messages queued until the data channel opens
 _MAX_PAGE_MESSAGE = 16 * 1024
-#: The caller's receive buffer: ours (adaptive, FEC and concealment), or aiortc's own (to compare);
-#: register_webrtc_routes refuses any other.
-RECEIVE_BUFFERS = ("adaptive", "aiortc")
 #: Seconds without the caller's RTP that end a direct call (the ``media_timeout`` setting's default).
 DEFAULT_MEDIA_TIMEOUT_S = 20.0
 MEDIA_TIMEOUT = "media_timeout"
@@ -68,7 +66,7 @@ class PeerSession:
         *,
         on_finished: Callable[[PeerSession, str], None],
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
-        receive_buffer: str = RECEIVE_BUFFERS[0],
+        receive_buffer: str = DEFAULT_RECEIVE_BUFFER,
         media_timeout_s: float = DEFAULT_MEDIA_TIMEOUT_S,
         **audio_options: Any,
     ) -> None:

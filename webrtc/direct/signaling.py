@@ -24,7 +24,8 @@ from duplex_agent.agent.metrics import SESSIONS_TOTAL
 from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.host_address import candidates_on
-from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, RECEIVE_BUFFERS, TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER, RECEIVE_BUFFER_MODES
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -282,9 +283,9 @@ def register_webrtc_routes(
     and CallAudioPath (overlap_policy, ...); an unknown receive_buffer or a negative
     media_timeout_s is a ValueError here.
     """
-    receive_buffer = audio_options.get("receive_buffer", RECEIVE_BUFFERS[0])
-    if receive_buffer not in RECEIVE_BUFFERS:
-        raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFERS)}, not {receive_buffer!r}")
+    receive_buffer = audio_options.get("receive_buffer", DEFAULT_RECEIVE_BUFFER)
+    if receive_buffer not in RECEIVE_BUFFER_MODES:
+        raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFER_MODES)}, not {receive_buffer!r}")
     if audio_options.get("media_timeout_s", 0) < 0:
         raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "
                          f"not {audio_options['media_timeout_s']!r}")

@@ -29,13 +29,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import numpy as np
 from livekit import rtc
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.codec import encode_event
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
+from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
@@ -260,7 +260,7 @@ class LiveKitRoomCall:
         stream = CallerAudioStream(publication.track, SAMPLE_RATE, frame_size_ms=CALLER_FRAME_MS)
         try:
             async for frame in stream:
-                samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) * np.float32(1.0 / 32768.0)
+                samples = frame_samples(frame)
                 if self.path is not None:
                     self.path.push_caller_frame(samples, frame.sample_rate)
         finally:
