@@ -1,29 +1,39 @@
-"""Direct-WebRTC calls through a network that loses, delays and reorders packets, for both
-receive buffers of the worker side by side.
+"""Direct-WebRTC calls through a network that loses, delays and reorders packets: the worker's
+receive buffers and the callers' ways of sending side by side.
 
 The caller (aiortc, ``devtools.netem.caller``) and the worker (``duplex-agent serve``,
 reference model, echo responder) each run in a network namespace of their own, joined only
-through the userspace forwarder of ``devtools.netem``, which impairs UDP both ways. One
-worker per receive-buffer mode (``DUPLEX_RECEIVE_BUFFER=adaptive`` or ``aiortc``, set on
-the worker's process; a worker that lacks the switch uses aiortc's jitter buffer for both),
-each behind its own link with the same impairments; trials alternate between the modes,
-so both meet the same load.
+through the userspace forwarder of ``devtools.netem``, which impairs UDP both ways. A line
+is a caller's way of sending and the worker's receive buffer (``--lines SENDER/BUFFER,...``):
+- sender ``libopus-rr``: as browsers and phone apps on libwebrtc send: libopus with in-band
+  FEC, its expected loss set from the worker's RTCP receiver reports; ``aiortc-opus``: a
+  plain aiortc peer: aiortc's own Opus encoder, no FEC;
+- buffer ``adaptive`` (ours) or ``aiortc`` (aiortc's jitter buffer), set on the worker's
+  process (``DUPLEX_RECEIVE_BUFFER``).
+One worker and one caller per line, each behind its own link with the same impairments;
+each trial runs every line once, in a rotating order, so all meet the same load.
 
 Each trial is one call: the caller asks a question and listens to the reply, then asks
-a long one and talks over the reply. Per condition and mode it prints:
+a long one and talks over the reply. Per condition and line it prints:
 - heard: the share of the question's content words that the worker's recognizer got
   (mean), and in how many calls it got them all;
 - reply right: calls whose reply ("You said: ...") carries every content word;
 - turn: caller-heard turn latency, p50 (last speech frame sent -> first loud reply frame);
 - barge-in: as the caller hears it, p50 (first loud frame of the interruption sent -> last
   loud frame of the agent heard), and in how many trials the agent stopped;
+- connect: offer -> the data channel open and the agent's audio heard, p50 and the slowest;
 - buf p95, late: the adaptive receive buffer's delay from a packet's arrival at the worker to
   its frame handed to the call path, p95 per call (the worker's per-call /metrics gauge, read
   before hang-up; the worst call shown), and the packets it dropped as too late (all calls);
   "-" for aiortc's buffer, which reports neither;
+- FEC/PLC of lost: of the caller's packets the adaptive buffer found missing (all calls, in
+  speech and in silence), how many frames it recovered from in-band FEC and how many it
+  concealed (a frame whose packet was not Opus is concealed too); for a ``libopus-rr`` caller,
+  the loss its FEC was planned for at the end of the call (p50), from the worker's reports;
 - what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
   caller): dropped, reordered, longest run of drops;
-The clean line is the floor of the others. Never passes or fails.
+The clean line is the floor of the others. After the table, what the recognizer heard in
+every call that missed a content word. Never passes or fails.
 
 ``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit
 SDK (``bench.livekit_callers``) in the caller's namespace; the loopback LiveKit server and
@@ -34,7 +44,8 @@ caller) p50, replies that played out anyway, questions with no reply, reply late
 (the question's end sent -> first loud reply frame), and the forwarder's counts. It does
 not read what the worker recognized.
 
-Run: python -m bench.lossy_network [--trials N] [--modes adaptive,aiortc] [--conditions clean,bursts]
+Run: python -m bench.lossy_network [--trials N] [--lines libopus-rr/adaptive,aiortc-opus/adaptive]
+         [--conditions clean,bursts]
          [--livekit [--livekit-seconds S]]
 (as root: it makes network namespaces).
 """
@@ -42,6 +53,7 @@ Run: python -m bench.lossy_network [--trials N] [--modes adaptive,aiortc] [--con
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -51,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.netem import CLEAN, TO_CALLER, TO_WORKER, GilbertElliott, ImpairedLink, Impairment, unavailable_reason
+from devtools.netem.caller import SENDERS
 from devtools.netem.calls import (
     RECEIVE_BUFFER_ENV,
     CallerProcess,
@@ -67,7 +80,8 @@ QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family.")
 STOP = "Wait, stop please."
-MODES = ("adaptive", "aiortc")
+#: sender/buffer: the caller's way of sending its voice, the worker's receive buffer
+LINES = ("libopus-rr/adaptive", "libopus-rr/aiortc", "aiortc-opus/adaptive")
 JITTER = Impairment(delay_ms=40, jitter_ms=15)
 #: name -> the impairment applied both ways
 CONDITIONS: dict[str, Impairment] = {
@@ -93,6 +107,10 @@ class Trials:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # direction -> the forwarder's counts
     buffer_p95_ms: list[float] = field(default_factory=list)  # per call: the worker's arrival-to-handoff p95
     buffer_late: int = 0  # packets the worker's buffer dropped as too late, all calls
+    frames: dict[str, int] = field(default_factory=dict)  # the adaptive buffer's frame outcomes, all calls
+    connect_ms: list[float] = field(default_factory=list)  # offer -> data channel open and agent audio heard
+    misses: list[str] = field(default_factory=list)  # what the recognizer heard when it missed a word
+    fec_plan: list[int] = field(default_factory=list)  # per call: the loss (%) the caller's FEC was planned for at the end
 
     @property
     def n(self) -> int:
@@ -101,7 +119,7 @@ class Trials:
 
 @dataclass
 class Rig:
-    mode: str
+    name: str  # sender/buffer
     link: ImpairedLink
     caller: CallerProcess
 
@@ -112,22 +130,29 @@ def one_trial(rig: Rig, trials: Trials) -> None:
         if not connected["ok"]:
             trials.failed.append(f"connect: {connected['error']}")
             return
+        trials.connect_ms.append(connected["connect_ms"] + connected["audio_ms"])
         turn = rig.caller.step("turn")
         barge = rig.caller.step("barge_in")
         figures = receive_figures(rig.link)  # the live call's, from the worker's /metrics
         if "delay_ms_p95" in figures:
             trials.buffer_p95_ms.append(figures["delay_ms_p95"])
             trials.buffer_late += int(figures.get("packets_late", 0))
+            for figure in ("packets_lost", "frames_recovered", "frames_concealed"):
+                trials.frames[figure] = trials.frames.get(figure, 0) + int(figures.get(figure, 0))
     finally:
         rig.caller.step("hangup")
     if not turn["ok"] or not barge["ok"]:
         trials.failed.append(turn.get("error") or barge.get("error") or "?")
         return
     trials.recalls.append(recall(QUESTION, turn["heard"]))
+    if trials.recalls[-1] < 1.0:
+        trials.misses.append(turn["heard"])
     trials.replies_right += recall(QUESTION, turn["reply"]) == 1.0
     if turn["turn_ms"] is not None:
         trials.turn_ms.append(turn["turn_ms"])
     trials.barge_in_ms.append(barge["barge_in_ms"])
+    if "expected_loss_percent" in barge:
+        trials.fec_plan.append(barge["expected_loss_percent"])
     trials.stopped += bool(barge["stopped"])
 
 
@@ -135,7 +160,7 @@ def p50(values: list[float]) -> str:
     return f"{statistics.median(values):5.0f}" if values else "    -"
 
 
-def line(condition: str, mode: str, t: Trials) -> str:
+def line(condition: str, name: str, t: Trials) -> str:
     up, down = t.counts.get(TO_WORKER, {}), t.counts.get(TO_CALLER, {})
     heard = statistics.mean(t.recalls) if t.recalls else float("nan")
     all_words = sum(r == 1.0 for r in t.recalls)
@@ -143,9 +168,18 @@ def line(condition: str, mode: str, t: Trials) -> str:
            f" dropped, {up.get('reordered', 0)}/{down.get('reordered', 0)} reordered,"
            f" run<={up.get('longest_loss_run', 0)}/{down.get('longest_loss_run', 0)}")
     failed = f"  failed: {'; '.join(t.failed)}" if t.failed else ""
-    buffer = (f"{max(t.buffer_p95_ms):4.0f} ms {t.buffer_late:3d}" if t.buffer_p95_ms else "   -       -")
-    return (f"{condition:<19} {mode:<9} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
-            f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {buffer}  {net}{failed}")
+    buffer = (f"{max(t.buffer_p95_ms):4.0f} ms {t.buffer_late:4d}" if t.buffer_p95_ms else "   -       -")
+    frames = (f"{t.frames['frames_recovered']}/{t.frames['frames_concealed']} of {t.frames['packets_lost']}"
+              if t.frames else "-") + (f", plan {statistics.median(t.fec_plan):.0f}%" if t.fec_plan else "")
+    connect = f"{p50(t.connect_ms)}/{max(t.connect_ms):5.0f} ms" if t.connect_ms else "    -/    - ms"
+    return (f"{condition:<19} {name:<20} {100 * heard:5.0f}% {all_words}/{t.n:<3}  {t.replies_right}/{t.n:<5}"
+            f"{p50(t.turn_ms)} ms  {p50(t.barge_in_ms)} ms  {t.stopped}/{t.n:<4} {connect} {buffer}  {frames:<22} "
+            f"{net}{failed}")
+
+
+def load() -> str:
+    """The machine's 1/5/15-minute load averages, as uptime prints them."""
+    return ", ".join(f"{average:.2f}" for average in os.getloadavg())
 
 
 def forwarder_counts(counts: dict) -> str:
@@ -178,8 +212,9 @@ def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1, help="calls per condition and mode")
-    parser.add_argument("--modes", default=",".join(MODES), help="receive-buffer modes, comma-separated")
+    parser.add_argument("--trials", type=int, default=1, help="calls per condition and line")
+    parser.add_argument("--lines", default=",".join(LINES),
+                        help=f"SENDER/BUFFER, comma-separated (senders: {', '.join(SENDERS)}; buffers: adaptive, aiortc)")
     parser.add_argument("--conditions", default=",".join(SHORT_NAMES),
                         help=f"comma-separated, of: {', '.join(SHORT_NAMES)}")
     parser.add_argument("--seed", type=int, default=20)
@@ -190,50 +225,61 @@ def main() -> None:
     reason = unavailable_reason()
     if reason:
         sys.exit(f"bench.lossy_network needs network namespaces: {reason}")
-    modes = [m for m in args.modes.split(",") if m]
+    lines = [m for m in args.lines.split(",") if m]
+    for name in lines:
+        sender, _, buffer = name.partition("/")
+        if sender not in SENDERS or buffer not in ("adaptive", "aiortc"):
+            parser.error(f"--lines: {name!r} is not SENDER/BUFFER")
     conditions = [SHORT_NAMES[c] for c in args.conditions.split(",") if c]
     from devtools.speech import speak
 
-    started = time.perf_counter()
+    started, load_at_start = time.perf_counter(), load()
     folder = Path(tempfile.mkdtemp(prefix="lossy-network-"))
     clips = write_clips(folder / "clips", speak(QUESTION, 48000, before_ms=300, after_ms=1200),
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
     if not args.no_direct:
-        direct_part(args, modes, conditions, clips, folder)
+        direct_part(args, lines, conditions, clips, folder)
     if args.livekit:
         livekit_part(conditions, args.livekit_seconds, folder, args.seed)
-    print(f"({time.perf_counter() - started:.0f} s; logs in {folder})")
+    print(f"({time.perf_counter() - started:.0f} s; load average {load_at_start} at the start, {load()} at the end; "
+          f"logs in {folder})")
 
 
-def direct_part(args: argparse.Namespace, modes: list[str], conditions: list[str], clips: Path,
+def direct_part(args: argparse.Namespace, lines: list[str], conditions: list[str], clips: Path,
                 folder: Path) -> None:
-    print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and mode; "
+    print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and line; "
           f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==", flush=True)
     with ExitStack() as stack:
         rigs = []
-        for i, mode in enumerate(modes):
+        for i, name in enumerate(lines):
+            sender, _, buffer = name.partition("/")
             link = stack.enter_context(ImpairedLink(seed=args.seed + 100 * i))
-            log = stack.enter_context(open(folder / f"worker-{mode}.log", "w"))
-            start_worker(link, log, {RECEIVE_BUFFER_ENV: mode})
-            caller_log = stack.enter_context(open(folder / f"caller-{mode}.log", "w"))
-            rigs.append(Rig(mode, link, stack.enter_context(CallerProcess(link, clips, caller_log))))
+            stem = name.replace("/", "-")
+            start_worker(link, stack.enter_context(open(folder / f"worker-{stem}.log", "w")), {RECEIVE_BUFFER_ENV: buffer})
+            caller_log = stack.enter_context(open(folder / f"caller-{stem}.log", "w"))
+            rigs.append(Rig(name, link, stack.enter_context(CallerProcess(link, clips, caller_log, sender))))
         for rig in rigs:  # the models' first turn is slow: a warm-up call on a clean link, not counted
             answers = [rig.caller.step(step) for step in ("connect", "turn", "hangup")]
             failed = [a.get("error") for a in answers if not a["ok"]]
-            print(f"   warm-up call ({rig.mode}): {'failed: ' + str(failed) if failed else 'ok'}", flush=True)
-        print(f"{'condition':<19} {'buffer':<9} {'heard':>6} {'all':<5} {'reply':<7}{'turn p50':>10} "
-              f"{'barge-in p50':>11} {'stopped':<6} {'buf p95':>7} {'late':>4}  forwarder (caller->worker / worker->caller)", flush=True)
+            print(f"   warm-up call ({rig.name}): {'failed: ' + str(failed) if failed else 'ok'}", flush=True)
+        print(f"{'condition':<19} {'sender/buffer':<20} {'heard':>6} {'all':<5} {'reply':<7}{'turn p50':>10} "
+              f"{'barge-in p50':>11} {'stopped':<6} {'connect p50/max':>15} {'buf p95':>7} {'late':>4}  "
+              f"{'FEC/PLC of lost':<22} forwarder (caller->worker / worker->caller)", flush=True)
+        misses = []
         for condition in conditions:
-            results = {rig.mode: Trials() for rig in rigs}
+            results = {rig.name: Trials() for rig in rigs}
             for rig in rigs:
                 rig.link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
                 rig.link.reset_counts()
             for trial in range(args.trials):
-                for rig in rigs if trial % 2 == 0 else reversed(rigs):
-                    one_trial(rig, results[rig.mode])
+                for rig in rigs[trial % len(rigs):] + rigs[:trial % len(rigs)]:
+                    one_trial(rig, results[rig.name])
             for rig in rigs:
-                results[rig.mode].counts = {d: c.as_dict() for d, c in rig.link.counts().items()}
-                print(line(condition, rig.mode, results[rig.mode]), flush=True)
+                results[rig.name].counts = {d: c.as_dict() for d, c in rig.link.counts().items()}
+                print(line(condition, rig.name, results[rig.name]), flush=True)
+                misses += [f"   {condition}, {rig.name}: {heard!r}" for heard in results[rig.name].misses]
+        if misses:
+            print("what the recognizer heard in the calls that missed a content word:", *misses, sep="\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,23 @@
 """A direct-WebRTC caller (aiortc) that runs inside the caller's namespace, driven line by line.
 
 Started by ``devtools.netem.calls.CallerProcess`` as
-``ip netns exec NS python -m devtools.netem.caller --url URL --ice-address A --clips DIR``.
+``ip netns exec NS python -m devtools.netem.caller --url URL --ice-address A --clips DIR [--sender S]``.
+
+How the caller sends its voice (``--sender``):
+- ``libopus-rr`` (the default; as browsers and phone apps on libwebrtc do): mono Opus from
+  libopus with in-band FEC, its expected loss set from the worker's RTCP receiver reports
+  (the worker's own sending pieces: ``PlayoutTrack``'s encoder and ``LossFollower``);
+- ``aiortc-opus``: aiortc's own Opus encoder (stereo, 96 kb/s, no FEC), as a plain aiortc
+  peer sends.
 It reads one JSON command per line on stdin and answers each with one JSON line on
 stdout (``{"ok": false, "error": ...}`` when the step did not happen):
 
 - ``{"cmd": "connect"}``: wait for the worker's /healthz, offer, wait until connected, the
-  data channel open and the agent's audio flowing;
+  data channel open and the agent's audio flowing; how long each took (``connect_ms``: offer
+  -> ICE and DTLS connected; ``channel_ms``, ``audio_ms``: connected -> the data channel open,
+  the agent's first frame heard). Through loss the data channel is the slow part: aiortc's
+  SCTP, at both ends, sends INIT and COOKIE-ECHO again only every 3 s, and a DATA chunk
+  before any round trip was measured also 3 s later (RTO.Initial); DTLS retries at 1, 2, 4 s;
 - ``{"cmd": "turn"}``: say ``question.npy``; the worker's recognizer's transcript, the reply's
   text and the caller-heard turn latency (last speech frame sent -> first loud reply frame heard);
 - ``{"cmd": "barge_in"}``: say ``long.npy``, and once the reply has been heard for 0.5 s, say
@@ -26,13 +37,17 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import av
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
 
 from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 FRAME = 960  # 20 ms at 48 kHz
@@ -42,8 +57,10 @@ REPLY_HEARD_BEFORE_BARGE_IN = 25  # loud frames (0.5 s) of the reply before the 
 QUIET_AFTER_S = 0.5  # the barge-in window ends this long after the interruption's last speech
 STOPPED_QUIET_FRAMES = 15  # the agent stopped: after the cut, this many frames (0.3 s) heard quiet in a row
 #: Generous deadlines: on a loaded machine a caller can take several times a clip's length to send
-#: it, and the handshakes' retransmissions through a lossy link take their time.
+#: it, and the handshakes' retransmissions through a lossy link take their time (at 10 % loss
+#: each way the data channel opened in 1 s p50, 22 s at worst, of 25 calls).
 SEND_TIMEOUT_S = 120
+SENDERS = ("libopus-rr", "aiortc-opus")
 
 
 class Mic:
@@ -78,15 +95,48 @@ class Mic:
         return frame
 
 
+class AiortcEncodedTrack(MediaStreamTrack):
+    """The microphone as raw 20 ms frames, for aiortc's own Opus encoder: paced by a
+    ``PlayoutTrack`` whose packets are not sent (only its clock is used)."""
+
+    kind = "audio"
+
+    def __init__(self, next_frame: Callable[[], np.ndarray]) -> None:
+        super().__init__()
+        self._next_frame = next_frame
+        self._samples = np.zeros(FRAME, np.int16)
+        self._clock = PlayoutTrack(self._take)
+
+    def _take(self) -> np.ndarray:
+        self._samples = self._next_frame()
+        return self._samples
+
+    async def recv(self) -> av.AudioFrame:
+        packet = await self._clock.recv()
+        frame = av.AudioFrame.from_ndarray(self._samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = 48000, packet.pts, packet.time_base
+        return frame
+
+    def stop(self) -> None:
+        self._clock.stop()
+        super().stop()
+
+
 class Call:
-    def __init__(self, url: str, address: str, clips: dict[str, np.ndarray]) -> None:
+    def __init__(self, url: str, address: str, clips: dict[str, np.ndarray], sender: str) -> None:
         self.url = url
         self.address = address
         self.clips = clips
         self.mic = Mic()
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.channel = self.pc.createDataChannel("events")
-        self.pc.addTrack(PlayoutTrack(self.mic.next_frame))
+        self.loss_follower: LossFollower | None = None
+        if sender == "aiortc-opus":
+            self.pc.addTrack(AiortcEncodedTrack(self.mic.next_frame))
+        else:
+            track = PlayoutTrack(self.mic.next_frame)
+            self.loss_follower = LossFollower(track.encoder)
+            self._rtp_sender = self.pc.addTrack(track)
         self.pc.on("track", self._on_track)
         self.channel.on("message", self._on_message)
         self.channel.on("open", self._changed)
@@ -96,7 +146,7 @@ class Call:
         self.loud_at: list[float] = []
         self.events: list[tuple[float, dict]] = []
         self._change = asyncio.Event()
-        self._readers: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []  # the track readers and the loss follower
 
     def _changed(self) -> None:
         self._change.set()
@@ -124,7 +174,7 @@ class Call:
             except Exception:  # the track ended with the call
                 pass
 
-        self._readers.append(asyncio.create_task(read()))
+        self._tasks.append(asyncio.create_task(read()))
 
     async def until(self, condition, timeout: float) -> bool:  # noqa: ANN001
         """Wait on the call's own signals (frames, events, state) until ``condition()`` holds."""
@@ -176,10 +226,15 @@ class Call:
         if self.pc.connectionState != "connected":
             return {"ok": False, "error": f"connection {self.pc.connectionState}"}
         connected = time.perf_counter()
-        if not await self.until(lambda: self.channel.readyState == "open" and self.frames_heard > 0,
-                                SEND_TIMEOUT_S):
-            return {"ok": False, "error": f"the data channel or the agent's audio did not start in {SEND_TIMEOUT_S} s"}
-        return {"ok": True, "connect_ms": round(1000 * (connected - offered))}
+        phases = {"connect_ms": round(1000 * (connected - offered))}
+        for name, what, ready in (("channel_ms", "the data channel", lambda: self.channel.readyState == "open"),
+                                  ("audio_ms", "the agent's audio", lambda: self.frames_heard > 0)):
+            if not await self.until(ready, SEND_TIMEOUT_S):
+                return {"ok": False, **phases, "error": f"{what} did not start {SEND_TIMEOUT_S} s after connecting"}
+            phases[name] = round(1000 * (time.perf_counter() - connected))
+        if self.loss_follower is not None:
+            self._tasks.append(asyncio.create_task(self.loss_follower.follow(self._rtp_sender)))
+        return {"ok": True, **phases}
 
     async def turn(self) -> dict:
         mark, loud_mark = len(self.events), len(self.loud_at)
@@ -197,8 +252,9 @@ class Call:
         turn_ms = round(1000 * (reply_loud()[0] - said_at)) if reply_loud() else None
         # Ready for the next step once the agent has finished speaking.
         await self.until(lambda: self._back_to_listening(mark), 60)
+        seen = sorted({e.get("type", "?") for _, e in self.events[mark:]})
         return {"ok": bool(got), "heard": " ".join(heard), "reply": " ".join(replies), "turn_ms": turn_ms,
-                "error": None if got else "no reply in 60 s"}
+                "error": None if got else f"no reply in 60 s (heard {' '.join(heard)!r}; events: {', '.join(seen)})"}
 
     def _back_to_listening(self, mark: int) -> bool:
         states = [e["state"] for e in self.events_since(mark, "agent.state")]
@@ -227,7 +283,15 @@ class Call:
         # Quiet counted in frames heard, not in this process's time: a loaded caller reads the
         # agent's frames late, in bursts.
         quiet = await self.until(lambda: self.quiet_run >= STOPPED_QUIET_FRAMES, 30)
-        return {"ok": True, "barge_in_ms": round(1000 * (last_loud - onset)), "stopped": cut() and quiet}
+        return {"ok": True, "barge_in_ms": round(1000 * (last_loud - onset)), "stopped": cut() and quiet,
+                **self._fec_planned()}
+
+    def _fec_planned(self) -> dict:
+        """The expected loss (percent) the caller's encoder plans FEC for now, and the receiver reports it followed."""
+        if self.loss_follower is None:
+            return {}
+        return {"expected_loss_percent": self.loss_follower.encoder.expected_loss_percent,
+                "reports": len(self.loss_follower.reports)}
 
     def state(self) -> dict:
         return {"ok": True, "connection": self.pc.connectionState, "channel": self.channel.readyState,
@@ -235,9 +299,9 @@ class Call:
 
     async def hangup(self) -> dict:
         await self.pc.close()
-        for task in self._readers:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         return {"ok": True}
 
 
@@ -250,7 +314,7 @@ async def serve(args: argparse.Namespace) -> None:
             if command == "connect":
                 if call is not None:
                     await call.hangup()
-                call = Call(args.url.rstrip("/"), args.ice_address, clips)
+                call = Call(args.url.rstrip("/"), args.ice_address, clips, args.sender)
                 answer = await call.connect()
             elif call is None:
                 answer = {"ok": False, "error": "not connected"}
@@ -272,6 +336,7 @@ def main() -> None:
     parser.add_argument("--url", required=True, help="the worker's base URL inside the namespaces")
     parser.add_argument("--ice-address", required=True, help="this namespace's address, for ICE")
     parser.add_argument("--clips", required=True, help="folder of question.npy, long.npy, stop.npy (48 kHz)")
+    parser.add_argument("--sender", choices=SENDERS, default=SENDERS[0], help="how the caller's voice is encoded")
     asyncio.run(serve(parser.parse_args()))
 
 

@@ -81,12 +81,14 @@ class CallerStepFailed(RuntimeError):
 
 
 class CallerProcess:
-    """The caller program in the caller's namespace; ``step(cmd)`` sends one command and returns
-    its JSON answer (raising on a missing answer, not on ``ok: false``)."""
+    """The caller program in the caller's namespace, sending its voice as ``sender`` says
+    (``devtools.netem.caller.SENDERS``); ``step(cmd)`` sends one command and returns its JSON
+    answer (raising on a missing answer, not on ``ok: false``)."""
 
-    def __init__(self, link: ImpairedLink, clips: Path, log: IO[str]) -> None:
+    def __init__(self, link: ImpairedLink, clips: Path, log: IO[str], sender: str = "libopus-rr") -> None:
         command = [*link.exec_prefix("caller"), sys.executable, "-m", "devtools.netem.caller",
-                   "--url", worker_url(link), "--ice-address", link.address["caller"], "--clips", str(clips)]
+                   "--url", worker_url(link), "--ice-address", link.address["caller"], "--clips", str(clips),
+                   "--sender", sender]
         self._proc = subprocess.Popen(command, env=environment({}), cwd=ROOT, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
         self._answers: queue.Queue[str] = queue.Queue()

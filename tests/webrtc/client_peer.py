@@ -44,6 +44,7 @@ class ClientPeer:
         self.messages: list[dict] = []
         self.received: list[np.ndarray] = []  # mono float32 48 kHz frames
         self.pc_id: str | None = None
+        self.answer_sdp: str | None = None
         self._readers: list[asyncio.Task] = []
         self.pc.addTrack(PlayoutTrack(next_frame))
         self.channel.on("message", lambda m: self.messages.append(json.loads(m)))
@@ -65,7 +66,7 @@ class ClientPeer:
         response = await http.post("/api/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"})
         assert response.status == 200, await response.text()
         answer = await response.json()
-        self.pc_id = answer["pc_id"]
+        self.pc_id, self.answer_sdp = answer["pc_id"], answer["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
 
     def loud_frames(self, threshold: float = 0.02) -> int:

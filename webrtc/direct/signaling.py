@@ -23,6 +23,7 @@ from aiortc.sdp import SessionDescription, candidate_from_sdp
 from duplex_agent.agent.metrics import SESSIONS_TOTAL
 from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, TRANSPORT, PeerSession
 from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER, RECEIVE_BUFFER_MODES
@@ -198,7 +199,7 @@ async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new
             registry.finish(session, "bad_offer")
         raise SignalingError(400, "malformed_sdp", f"offer rejected: {exc!r}") from None
     local = pc.localDescription
-    answer = {"sdp": local.sdp, "type": local.type, "pc_id": session.pc_id}
+    answer = {"sdp": ask_for_opus_fec(local.sdp), "type": local.type, "pc_id": session.pc_id}
     if resumable:
         answer["resume_token"] = registry.parked.issue(session.pc_id)
     return web.json_response(answer)
