@@ -244,6 +244,8 @@ class OmniSession:
         elif kind == "session.heartbeat":
             self.fake.heartbeats += 1
             await self.send({"type": "session.heartbeat_ack", "session_id": self.id})
+        elif kind == "conversation.item.retrieve":  # the fake keeps no items: every one is unknown
+            await self.error("item_not_found", f"no item {data.get('item_id')!r}", event_id)
         elif kind == "session.event_ack":
             if not isinstance(data.get("server_event_seq"), int) or data["server_event_seq"] > self.seq:
                 await self.error("invalid_event_ack", "bad server_event_seq", event_id)

@@ -86,7 +86,11 @@ async def test_a_whole_call_gets_no_error_from_a_vllm_omni_server(fake):
         await conversation.close()
     await backend.close()
 
-    assert fake.errors == [], fake.errors
+    # the one error is the answer to the resume's probe, a retrieve of an item nobody has (by design:
+    # it comes after everything the old socket delivered)
+    probes = [e for e in fake.errors if e["error"]["code"] == "item_not_found"
+              and str(e["error"]["event_id"]).startswith("evt_resume_probe")]
+    assert len(probes) == fake.resumes and [e for e in fake.errors if e not in probes] == [], fake.errors
     kinds = [m["type"] for m in fake.received]
     assert "input_dtmf" not in kinds and "session.lagging" not in kinds
     assert kinds[-1] == "session.close" and fake.received[-2] == {  # the last ack is not dropped by close
