@@ -260,7 +260,7 @@ class CallAudioPath:
             if self.output.pause():
                 self.pauses += 1
                 BARGE_IN_PAUSES.inc()
-                self._timings.pause_asked()
+                self._timings.forget_pause_heard()
             else:
                 self.gate.release()
         elif verdict is Verdict.RESUME:
@@ -282,7 +282,7 @@ class CallAudioPath:
     def _resume(self) -> None:
         """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
         self.gate.release()
-        self._timings.pause_asked()
+        self._timings.forget_pause_heard()
         if self.output.resume():
             self.false_pauses += 1
             BARGE_IN_FALSE_PAUSES.inc()
