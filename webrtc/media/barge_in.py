@@ -11,7 +11,7 @@ still confirm after it.
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
 one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
 it. A reply the caller was already talking over when it began (the caller's speech had not
-ended) is neither paused nor cancelled, as before: the model started it over the caller.
+ended) is neither paused nor cancelled: the model started it over the caller.
 
 Models that handle overlap themselves (``handles_overlap``, Moshi): under overlap policy
 "listen" the call path never consults the gate, so the model's audio, its own backchannels
@@ -19,8 +19,7 @@ over the caller included, goes out untouched. Under "barge_in" they are paused l
 a sound that does not hold gives the model its audio back where it stopped, with what it
 produced meanwhile queued behind it (a frame-synchronous model's reply runs late by the pause,
 at most max_false_pauses x max_pause_ms per reply, and nothing is skipped), and the model,
-which hears every frame of the caller, decides itself what to make of the sound. Before the
-pause, one 32 ms window cancelled such a model at the edge.
+which hears every frame of the caller, decides itself what to make of the sound.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BargeInRules:
-    threshold: float = 0.5  # the onset detector's, as before
+    threshold: float = 0.5  # the session VAD's start threshold
     release_threshold: float = 0.35  # VadStream's hysteresis: threshold - 0.15
     min_speech_ms: float = 100.0  # the session VAD's minimum speech (turn_detection)
     silence_ms: float = 300.0  # caller silence that ends their speech (a new onset may follow)
