@@ -1,12 +1,12 @@
 """When caller sound over the agent pauses it, cancels it, or lets it go on: window by window.
 
-The edge reacts at the first VAD window over the threshold (32 ms) by pausing the agent,
-then waits for the verdict the session's own VAD would give: the candidate holds once its
-windows over the threshold reach the minimum speech (a barge-in: the call path cancels),
-and is dropped at the first window below the release threshold (a cough, a knock, a short
-"mm-hm": the call path resumes, nothing skipped). Windows in between neither add nor drop,
-as in ``VadStream``. A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may
-still confirm after it.
+The edge reacts at the first VAD window (32 ms) over the session's threshold by pausing the
+agent, then waits for the verdict the session's own VAD would give, by its settings (threshold,
+release threshold, minimum speech, silence): the candidate holds once its windows over the
+threshold reach the minimum speech (a barge-in: the call path cancels), and is dropped at
+the first window below the release threshold (a cough, a knock, a short "mm-hm": the call
+path resumes, nothing skipped). Windows in between neither add nor drop, as in ``VadStream``.
+A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
 one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
@@ -42,11 +42,14 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BargeInRules:
-    threshold: float = 0.5  # the session VAD's start threshold
-    release_threshold: float = 0.35  # VadStream's hysteresis: threshold - 0.15
-    min_speech_ms: float = 100.0  # the session VAD's minimum speech (turn_detection)
+    """The session VAD's settings as the gate applies them: the call path builds them from the
+    session's turn detection."""
+
+    threshold: float = 0.5  # a window at or over it is speech: a candidate starts or grows
+    release_threshold: float = 0.35  # under it the candidate is dropped (release_threshold(threshold))
+    min_speech_ms: float = 100.0  # the candidate's speech that makes a barge-in
     silence_ms: float = 300.0  # caller silence that ends their speech (a new onset may follow)
-    window_ms: float = 32.0
+    window_ms: float = 32.0  # the onset detector's window
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES
     max_pause_ms: float = MAX_PAUSE_MS
