@@ -93,17 +93,14 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
     return out
 
 
-def native_thread_cpu_s(pid: int) -> float:
-    """CPU seconds of the process's threads that are not Python's: those a native library
-    started and named (livekit's FFI: tokio, WebRTC's network, audio and encoder threads).
-    Python threads keep the process's own name, the end-of-turn and VAD inference included."""
+def thread_cpu_ticks(pid: int) -> list[tuple[str, int]]:
+    """Each live thread of the process: its name and its user + system CPU in clock ticks
+    (/proc/PID/task/*/stat); empty when the process is gone."""
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            own = f.read().strip()
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
-    ticks = 0
+        return []
+    threads = []
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
@@ -111,8 +108,20 @@ def native_thread_cpu_s(pid: int) -> float:
         except OSError:
             continue  # ended
         name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name != own:
-            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        threads.append((name, int(fields[11]) + int(fields[12])))  # utime + stime
+    return threads
+
+
+def native_thread_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's threads that are not Python's: those a native library
+    started and named (livekit's FFI: tokio, WebRTC's network, audio and encoder threads).
+    Python threads keep the process's own name, the end-of-turn and VAD inference included."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            own = f.read().strip()
+    except OSError:
+        return 0.0
+    ticks = sum(t for name, t in thread_cpu_ticks(pid) if name != own)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import aiohttp
 import numpy as np
 from livekit import rtc
 
+from bench.call_rig import free_port
 from bench.stats import percentile, summary
 from devtools.livekit_server import LoopbackLiveKitServer
 from devtools.speech import speak, transcribe, words
@@ -180,16 +180,10 @@ async def one_round(server: LoopbackLiveKitServer, record: Path, mode: str, room
         await caller.leave()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def main(rounds: int) -> None:
     server = LoopbackLiveKitServer(api_key="devkey", api_secret="devsecret-for-the-barge-in-bench")
     await server.start()
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "DUPLEX_"))}
     env["HF_HUB_OFFLINE"] = "1"
     logs = Path(tempfile.mkdtemp(prefix="lk-bargein-"))

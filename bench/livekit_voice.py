@@ -23,7 +23,7 @@ from pathlib import Path
 
 from livekit import rtc
 
-from bench.call_rig import children_take_sigint, start_loopback_server
+from bench.call_rig import children_take_sigint, start_loopback_server, thread_cpu_ticks
 from bench.livekit_ffi import run_modes, threads_round
 from bench.livekit_rooms import token
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
@@ -50,14 +50,10 @@ async def one_call(url: str, mode: str, index: int, joined: threading.Barrier, s
 
 
 def thread_ticks() -> collections.Counter[str]:
+    """This process's CPU ticks by thread name, digits folded (one entry per kind of thread)."""
     ticks: collections.Counter[str] = collections.Counter()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks[re.sub(r"\d+", "#", name)] += int(fields[11]) + int(fields[12])
+    for name, t in thread_cpu_ticks(os.getpid()):
+        ticks[re.sub(r"\d+", "#", name)] += t
     return ticks
 
 

@@ -88,6 +88,12 @@ class VadEvent:
     audio_ms: float  # position on the stream's input timeline, ms since its start
 
 
+def release_threshold(threshold: float) -> float:
+    """The probability under which speech (or a candidate onset) ends: hysteresis as in
+    Silero's reference iterator, speech continues until it falls clearly below ``threshold``."""
+    return max(threshold - 0.15, 0.01)
+
+
 class VadStream:
     """Per-session VAD state: buffers audio, scores each 32 ms window, emits events.
 
@@ -128,9 +134,7 @@ class VadStream:
              min_speech_ms: int) -> None:
         """New settings, keeping the stream's timeline and state."""
         self.threshold = threshold
-        # Hysteresis as in Silero's reference iterator: speech continues until the
-        # probability falls clearly below the onset threshold.
-        self.release_threshold = max(threshold - 0.15, 0.01)
+        self.release_threshold = release_threshold(threshold)
         self.prefix_padding_ms = prefix_padding_ms
         self.silence_duration_ms = silence_duration_ms
         self.min_speech_ms = min_speech_ms

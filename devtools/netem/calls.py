@@ -17,13 +17,14 @@ from typing import IO
 import numpy as np
 
 from devtools.netem.link import ImpairedLink
+from devtools.speech import words
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_PORT = 8090
 SFU_PORT = 7880
 LIVEKIT_AGENT = "netem-agent"
 LIVEKIT_KEY, LIVEKIT_SECRET = "devkey", "netem-loopback-secret-0123456789abcdef"
-#: The worker's env switch for the caller's receive buffer (a worker without it ignores it).
+#: The worker's env switch for the caller's receive buffer.
 RECEIVE_BUFFER_ENV = "DUPLEX_RECEIVE_BUFFER"
 _NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
             "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
@@ -33,7 +34,7 @@ _FUNCTION_WORDS = set("a an the to for of and or in on at is are am be i me my y
 
 def content_words(text: str) -> list[str]:
     """The words that carry the meaning: lower case, digits spelled out, function words dropped."""
-    found = (_NUMBERS.get(w, w) for w in re.findall(r"[a-z0-9']+", text.lower()))
+    found = (_NUMBERS.get(w, w) for w in words(text))
     return [w for w in found if w not in _FUNCTION_WORDS]
 
 

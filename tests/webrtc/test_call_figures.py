@@ -16,7 +16,7 @@ def test_a_barge_in_without_a_pause_is_timed_to_the_next_frame_out():
 
 def test_a_barge_in_after_a_pause_is_timed_to_the_pause_heard():
     timings = CallTimings(LatencyFigures())
-    timings.pause_asked()
+    timings.forget_pause_heard()
     timings.frame_out([PlaybackPaused("r1")], 5.02)
     timings.barge_in(5.0, silent_at=timings.take_pause_heard_at())
     assert round(timings.figures.last("barge_in_ms"), 6) == 20.0

@@ -183,3 +183,24 @@ async def test_a_reply_started_while_the_caller_talks_is_not_paused():
     assert path.pauses == 0 and not conversation.sent_of(ResponseCancel)
     assert loud_frames(heard) >= 7
     await path.close()
+
+
+class HalfSureVadModel(EnergyVadModel):
+    """Loud windows score 0.6: speech at the default threshold, not at a stricter one."""
+
+    def probability(self, window: np.ndarray) -> float:
+        return 0.6 * super().probability(window)
+
+
+@pytest.mark.parametrize("threshold, pauses", [(0.5, True), (0.7, False)])
+async def test_the_onset_threshold_follows_the_sessions_turn_detection(threshold, pauses):
+    conversation = FakeConversation(CAPS)
+    path = CallAudioPath(conversation, vad_model=HalfSureVadModel(),
+                         turn_detection={"type": "server_vad", "threshold": threshold})
+    await path.start()
+    await reply(conversation, path, 2000)
+    paced(path, [QUIET] * 3 + BURST)  # windows at 0.6
+    assert path.playout.paused is pauses and path.pauses == int(pauses)
+    paced(path, SPEECH)
+    assert bool(conversation.sent_of(ResponseCancel)) is pauses  # held at 0.6: a barge-in only under 0.5
+    await path.close()

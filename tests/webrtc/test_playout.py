@@ -1,7 +1,6 @@
 import asyncio
 
 import numpy as np
-import pytest
 
 from duplex_agent.webrtc.media.playout import (
     FADE_SAMPLES,
@@ -92,38 +91,6 @@ def test_drop_response_keeps_other_responses():
     frame = queue.next_frame()
     assert abs(frame[0] / 32767 - 0.25) < 1e-3
     assert queue.played_ms("r1") == 0.0
-
-
-async def _pace(queue: PlayoutQueue) -> None:
-    """The pacing side without the clock: hand out frames as fast as the loop turns."""
-    while True:
-        queue.next_frame()
-        await asyncio.sleep(0)
-
-
-@pytest.mark.asyncio
-async def test_wait_for_playout_returns_the_position_played_and_whether_it_was_cut():
-    queue = PlayoutQueue()
-    queue.capture(tone(50), "r1")
-    queue.flush("r1")
-    queue.capture(tone(200), "r2")
-    pacer = asyncio.create_task(_pace(queue))
-    try:
-        first = await asyncio.wait_for(queue.wait_for_playout("r1"), 5)
-        assert first == PlaybackFinished("r1", 50.0, interrupted=False)
-        second = asyncio.ensure_future(queue.wait_for_playout("r2"))
-        while queue.played_ms("r2") < 60.0:  # let some of r2 go out
-            await asyncio.sleep(0)
-        cleared = queue.clear()
-        ended = await asyncio.wait_for(second, 5)
-        assert ended.interrupted and ended.played_ms == queue.played_ms("r2") == 200.0 - cleared.dropped_ms("r2")
-        # A waiter that comes after the end gets it at once.
-        assert await queue.wait_for_playout("r1") == first
-        queue.capture(tone(40), "r3")
-        queue.drop_response("r3")
-        assert (await queue.wait_for_playout("r3")).interrupted
-    finally:
-        pacer.cancel()
 
 
 async def _after_what_is_scheduled() -> None:

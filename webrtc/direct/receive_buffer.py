@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from duplex_agent.webrtc.direct.libopus import OpusDecoder, OpusError, packet_has_fec, packet_samples
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 
-SAMPLE_RATE = 48000
-FRAME_SAMPLES = 960  # 20 ms: what WebRTC callers send, and the unit holes are filled in
+# FRAME_SAMPLES (20 ms at 48 kHz) is what WebRTC callers send, and the unit holes are filled in.
 _MIN_CHUNK = 120  # 2.5 ms: the smallest duration libopus decodes
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
 MAX_TARGET_DELAY_S = 0.2

@@ -14,7 +14,7 @@ handle, RPC invocations by local participant handle, each to the one loop that w
 it. Its filter returns False for everything, so the SDK queues nothing for it; the
 streams, sources and rooms it takes over leave the SDK's list of subscribers. They stay
 the SDK's own objects; only how their events reach them changes. This leans on the pinned
-SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._listen_task``,
+SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._task``,
 ``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py
 and tests/livekit/test_room_events.py check; ``webrtc.private_internals`` lists them with the
 version checked.
@@ -122,7 +122,7 @@ class FfiRouter:
     def own_room(self, room: rtc.Room) -> None:
         """Let a connected ``room`` receive only its own events, through this router.
 
-        The room's listener (``Room._listen_task``) acts on its own room events and on RPC
+        The room's listener task (``Room._task``) acts on its own room events and on RPC
         invocations for its local participant, and passes the publish and unpublish callbacks
         on to that participant; every other request the SDK makes waits on a subscription of
         its own. So those are what the room's queue gets; it leaves the SDK's subscribers.

@@ -37,12 +37,11 @@ from duplex_agent.agent.session.ports import AdmissionError, Conversation, Duple
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("duplex_agent.livekit")
 
-SAMPLE_RATE = 48000
-FRAME_SAMPLES = 960
 #: The AudioSource's own queue: two frames, as the bare livekit.rtc floor agent keeps. livekit
 #: takes a frame once the queue holds no more than its size, so it holds 40-60 ms, paced by its
 #: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. What it

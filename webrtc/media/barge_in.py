@@ -1,17 +1,17 @@
 """When caller sound over the agent pauses it, cancels it, or lets it go on: window by window.
 
-The edge reacts at the first VAD window over the threshold (32 ms) by pausing the agent,
-then waits for the verdict the session's own VAD would give: the candidate holds once its
-windows over the threshold reach the minimum speech (a barge-in: the call path cancels),
-and is dropped at the first window below the release threshold (a cough, a knock, a short
-"mm-hm": the call path resumes, nothing skipped). Windows in between neither add nor drop,
-as in ``VadStream``. A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may
-still confirm after it.
+The edge reacts at the first VAD window (32 ms) over the session's threshold by pausing the
+agent, then waits for the verdict the session's own VAD would give, by its settings (threshold,
+release threshold, minimum speech, silence): the candidate holds once its windows over the
+threshold reach the minimum speech (a barge-in: the call path cancels), and is dropped at
+the first window below the release threshold (a cough, a knock, a short "mm-hm": the call
+path resumes, nothing skipped). Windows in between neither add nor drop, as in ``VadStream``.
+A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
 one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
 it. A reply the caller was already talking over when it began (the caller's speech had not
-ended) is neither paused nor cancelled, as before: the model started it over the caller.
+ended) is neither paused nor cancelled: the model started it over the caller.
 
 Models that handle overlap themselves (``handles_overlap``, Moshi): under overlap policy
 "listen" the call path never consults the gate, so the model's audio, its own backchannels
@@ -19,8 +19,7 @@ over the caller included, goes out untouched. Under "barge_in" they are paused l
 a sound that does not hold gives the model its audio back where it stopped, with what it
 produced meanwhile queued behind it (a frame-synchronous model's reply runs late by the pause,
 at most max_false_pauses x max_pause_ms per reply, and nothing is skipped), and the model,
-which hears every frame of the caller, decides itself what to make of the sound. Before the
-pause, one 32 ms window cancelled such a model at the edge.
+which hears every frame of the caller, decides itself what to make of the sound.
 """
 
 from __future__ import annotations
@@ -43,11 +42,14 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BargeInRules:
-    threshold: float = 0.5  # the onset detector's, as before
-    release_threshold: float = 0.35  # VadStream's hysteresis: threshold - 0.15
-    min_speech_ms: float = 100.0  # the session VAD's minimum speech (turn_detection)
+    """The session VAD's settings as the gate applies them: the call path builds them from the
+    session's turn detection."""
+
+    threshold: float = 0.5  # a window at or over it is speech: a candidate starts or grows
+    release_threshold: float = 0.35  # under it the candidate is dropped (release_threshold(threshold))
+    min_speech_ms: float = 100.0  # the candidate's speech that makes a barge-in
     silence_ms: float = 300.0  # caller silence that ends their speech (a new onset may follow)
-    window_ms: float = 32.0
+    window_ms: float = 32.0  # the onset detector's window
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES
     max_pause_ms: float = MAX_PAUSE_MS

@@ -17,6 +17,7 @@ call_figures.py from the frames that go out.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from duplex_agent.agent.metrics import (
     BARGE_INS_CONFIRMED,
     FIGURE_DEFINITIONS,
 )
-from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadSettingsError
+from duplex_agent.agent.models.vad import SileroVadModel, VadSettings, VadSettingsError, release_threshold
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.events import (
     InputAudioBufferAppend,
@@ -171,6 +172,7 @@ class CallAudioPath:
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model)
+        self.gate.rules = self._barge_in_rules()  # over the detector's windows
         self._conversation.use_caller_vad(self._onset.scores)  # an in-process session's turn detection
         self._conversation.send(
             SessionUpdate(
@@ -241,15 +243,22 @@ class CallAudioPath:
         return self.overlap_policy == "barge_in" and self._caps.supports_barge_in
 
     def _barge_in_rules(self) -> BargeInRules:
-        """The gate's rules: the minimum speech is the session VAD's, so the edge confirms a
-        barge-in when the session's own turn detection would see the speech start."""
+        """The gate's rules are the session VAD's (threshold and its hysteresis, minimum speech,
+        silence) over the onset detector's windows, so the edge pauses and confirms a barge-in
+        where the session's own turn detection would see the speech start."""
+        try:
+            vad = VadSettings.from_dict(self._turn_detection or {})
+        except VadSettingsError:  # the session refuses it with a typed error; keep the defaults here
+            vad = VadSettings()
         min_speech = self._barge_in_min_speech_ms
-        if min_speech is None:
-            try:
-                min_speech = VadSettings.from_dict(self._turn_detection or {}).min_speech_ms
-            except VadSettingsError:  # the session refuses it with a typed error; keep the default here
-                min_speech = VadSettings().min_speech_ms
-        return BargeInRules(min_speech_ms=float(min_speech), pause=self._pause_on_onset)
+        rules = BargeInRules(
+            threshold=vad.threshold,
+            release_threshold=release_threshold(vad.threshold),
+            min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
+            silence_ms=float(vad.silence_duration_ms),
+            pause=self._pause_on_onset,
+        )
+        return rules if self._onset is None else dataclasses.replace(rules, window_ms=self._onset.window_ms)
 
     def _judge(self, probability: float, window_at: float) -> None:
         """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""
@@ -260,7 +269,7 @@ class CallAudioPath:
             if self.output.pause():
                 self.pauses += 1
                 BARGE_IN_PAUSES.inc()
-                self._timings.pause_asked()
+                self._timings.forget_pause_heard()
             else:
                 self.gate.release()
         elif verdict is Verdict.RESUME:
@@ -282,7 +291,7 @@ class CallAudioPath:
     def _resume(self) -> None:
         """Go on with the paused reply; the pause's length is recorded when it is heard to end."""
         self.gate.release()
-        self._timings.pause_asked()
+        self._timings.forget_pause_heard()
         if self.output.resume():
             self.false_pauses += 1
             BARGE_IN_FALSE_PAUSES.inc()

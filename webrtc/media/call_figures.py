@@ -26,8 +26,9 @@ class CallTimings:
         self._paused_at: float | None = None  # when the pause's fade-out went out
         self._speech_end_at: float | None = None  # when the end of the caller's speech arrived
 
-    def pause_asked(self) -> None:
-        """A pause (or a resume) was asked: no fade-out of it has gone out yet."""
+    def forget_pause_heard(self) -> None:
+        """Forget when a pause's fade-out went out: a new pause (or a resume) was asked, and
+        no fade-out of it has gone out yet."""
         self._paused_at = None
 
     def take_pause_heard_at(self) -> float | None:

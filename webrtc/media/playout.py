@@ -2,8 +2,8 @@
 
 The queue is the last stage of the call's audio output (agent_output.py): ``capture`` a
 response's 48 kHz audio, ``flush`` when it has no more, ``clear`` to stop at once,
-``PlaybackFinished`` (position played, interrupted or not) when it is over, and
-``wait_for_playout`` to await that. The transports read it out with ``next_frame``.
+``PlaybackFinished`` (position played, interrupted or not) when it is over. The
+transports read it out with ``next_frame``.
 
 ``pause`` holds the queue where it is (a short fade-out, then silence, nothing consumed);
 ``resume`` goes on from the next sample with a short fade-in, so a reply paused for a sound
@@ -114,8 +114,7 @@ class PlayoutQueue:
         self._finished: set[str] = set()  # no more audio will be pushed for these
         self._streaming: str | None = None  # response that started playing and has not finished
         self._progress: list[PlayoutProgress] = []
-        self._ended: OrderedDict[str, PlaybackFinished] = OrderedDict()  # recent ends, for late waiters
-        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[PlaybackFinished]]]] = {}
+        self._ended: OrderedDict[str, PlaybackFinished] = OrderedDict()  # recent ends: each ends once
         self._audio_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._last_frame_had_audio = False
         # Pause: _paused holds the queue; _fade_out is the fade still to play, _fade_in the one
@@ -283,7 +282,8 @@ class PlayoutQueue:
         return filled
 
     def take_progress(self) -> list[PlayoutProgress]:
-        """What the frames since the last call did: chunk starts and finished responses."""
+        """What the frames since the last call did: chunk starts, pauses heard, resumes and
+        finished responses."""
         with self._lock:
             progress, self._progress = self._progress, []
             return progress
@@ -317,16 +317,6 @@ class PlayoutQueue:
                 return self._streaming
             return self._chunks[0].response_id if self._chunks else None
 
-    async def wait_for_playout(self, response_id: str) -> PlaybackFinished:
-        """Until ``response_id`` has played out or been cut; how far it got."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            ended = self._ended.get(response_id)
-            if ended is None:
-                future: asyncio.Future[PlaybackFinished] = loop.create_future()
-                self._waiters.setdefault(response_id, []).append((loop, future))
-        return ended if ended is not None else await future
-
     async def wait_for_audio(self) -> None:
         """Until audio is queued (at once if some is): a transport that need not send
         silence waits here instead of reading out silent frames."""
@@ -344,13 +334,11 @@ class PlayoutQueue:
         self._progress.append(self._end(response_id, interrupted=False))
 
     def _end(self, response_id: str, *, interrupted: bool) -> PlaybackFinished:
-        """Record a response's end and wake whoever waits for it (under the lock, from any thread)."""
+        """Record a response's end (under the lock, from any thread)."""
         ended = PlaybackFinished(response_id, 1000.0 * self._played.get(response_id, 0) / SAMPLE_RATE, interrupted)
         self._ended[response_id] = ended
         while len(self._ended) > _PLAYED_RECORDS_KEPT:
             self._ended.popitem(last=False)
-        for loop, future in self._waiters.pop(response_id, []):
-            loop.call_soon_threadsafe(_settle, future, ended)
         return ended
 
 
