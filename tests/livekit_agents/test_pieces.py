@@ -259,8 +259,11 @@ async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_
     for _ in range(5):
         session.push_audio(rtc.AudioFrame(ramp.tobytes(), 48000, 1, 960))
         pushed_ms += 20.0
-    # all of it reached the model, less the few samples the resampler holds: not one 20 ms frame lost
-    assert pushed_ms - 20.0 < sum(sent_ms) <= pushed_ms, (sum(sent_ms), pushed_ms)
+    # all of it reached the call path, not one 20 ms frame lost ...
+    assert session._path._input_received_ms == pytest.approx(pushed_ms)
+    # ... and went on to the model, less what the path holds: under one append (18.75 ms at the
+    # model's 16 kHz) waiting to fill, and the resampler's few samples
+    assert pushed_ms - 20.0 - 2.5 < sum(sent_ms) <= pushed_ms, (sum(sent_ms), pushed_ms)
     # what an app reads to know the caller's audio is coming in: all of it, kept or fed
     assert session.caller_audio_s == pytest.approx(pushed_ms / 1000.0)
     await session.aclose()
