@@ -14,10 +14,11 @@ with what the caller can have heard by then.
 
 Under ``ack_only`` vLLM-Omni counts its latest reply as still playing while the acknowledged
 playback is short of the audio it sent: new input is then overlap, and a commit is only
-recorded, never answered. Only a full ack or a cancel frees the turn. So an ack that commits less than a finished reply (ours or the transport's) is
-followed by ``output_audio_buffer.clear``, the cancel that keeps the caller's buffered input
-(``barge_in`` drops it, ``response.cancel`` refuses a finished reply) and commits the
-history at the acknowledged point.
+recorded, never answered. Only a full ack or a cancel frees the turn. So an ack of ours
+that commits less than a finished reply is followed by ``output_audio_buffer.clear``, the
+cancel that keeps the caller's buffered input (``barge_in`` drops it, ``response.cancel``
+refuses a finished reply) and commits the history at the acknowledged point. A transport's
+own ack is passed on as it is.
 """
 
 from __future__ import annotations
@@ -374,7 +375,7 @@ class RemoteConversation(Conversation):
         response_id = event.response_id or self._last_response
         if response_id is None:
             return []
-        playback = self._drop_unacked(response_id)  # the transport speaks for it: no ack from here
+        self._drop_unacked(response_id)  # the transport speaks for it: no ack from here
         item_id = event.item_id or self._items.get(response_id)
         if self._caps.supports_playback_ack:
             committed = event.played_ms if event.committed_ms is None else event.committed_ms
@@ -384,7 +385,7 @@ class RemoteConversation(Conversation):
                 message["item_id"] = item_id
             if (event.truncate or response_id in self._cut) and self._caps.supports_truncation:
                 message["truncate"] = True
-            return [(message, 0.0), *self._release_partly_heard(response_id, playback, committed)]
+            return [(message, 0.0)]
         if self._caps.supports_truncation and item_id:
             return [({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
                       "audio_end_ms": event.played_ms}, 0.0)]
@@ -438,12 +439,12 @@ class RemoteConversation(Conversation):
             message["truncate"] = True
         return [(message, 0.0), *self._release_partly_heard(response_id, playback, heard)]
 
-    def _release_partly_heard(self, response_id: str, playback: _Playback | None,
+    def _release_partly_heard(self, response_id: str, playback: _Playback,
                               committed_ms: float) -> list[tuple[dict[str, Any], float]]:
         """``output_audio_buffer.clear`` after an ack short of a finished reply's audio, so vLLM-Omni
         frees the turn (see the module docstring). Only for the latest reply: a newer one owns the
         server's playback, and a cut one was freed by its cancel."""
-        if (not self.remote.extended or playback is None or not playback.done
+        if (not self.remote.extended or not playback.done
                 or committed_ms >= playback.received_ms or response_id in self._cut
                 or response_id != self._last_response):
             return []
