@@ -5,12 +5,20 @@ connection when the server supports it), the writer drains a bounded queue of
 outgoing messages, and the watchdog notices a server that stalls mid-response.
 Client events are translated per the server's capabilities on their way out.
 
-vLLM-Omni 0.30.0 keeps a reply active until its playback is acknowledged (under its
-default ``commit_all_on_done`` as under ``ack_only``), so a transport that never sends ``playback.ack``
+vLLM-Omni 0.30.0 keeps a reply active until its playback is acknowledged (whatever policy the
+client asks for, its session runner sets ``ack_only``), so a transport that never sends ``playback.ack``
 would get ``response_already_active`` on its next turn. This side therefore
 acknowledges every reply the transport has not: when its audio has had time to
 play out, or at once before the transport's next ``response.create`` or commit,
 with what the caller can have heard by then.
+
+Under ``ack_only`` vLLM-Omni counts its latest reply as still playing while the acknowledged
+playback is short of the audio it sent: new input is then overlap, and a commit is only
+recorded, never answered. Only a full ack or a cancel frees the turn. So an ack of ours
+that commits less than a finished reply is followed by ``output_audio_buffer.clear``, the
+cancel that keeps the caller's buffered input (``barge_in`` drops it, ``response.cancel``
+refuses a finished reply) and commits the history at the acknowledged point. A transport's
+own ack is passed on as it is.
 """
 
 from __future__ import annotations
@@ -175,6 +183,7 @@ class RemoteConversation(Conversation):
         self._ended_here = _RecentIds()  # responses this side ended: all their later events are dropped
         self._unacked: dict[str, _Playback] = {}  # replies with audio that the transport has not acknowledged
         self._self_acks = 0
+        self._released = _RecentIds()  # finished replies this side cleared after a partial ack
         self._closing = False
         self._ended = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -385,8 +394,8 @@ class RemoteConversation(Conversation):
     # ---- acknowledging playback for the transport ----
 
     def _reply_heard(self, event: p.ResponseAudioDelta) -> None:
-        # vLLM-Omni 0.30.0 holds a reply active until it is acknowledged under its default
-        # commit_all_on_done too (its own test peer: the next turn is never taken), not only ack_only.
+        # vLLM-Omni 0.30.0 holds a reply active until it is acknowledged under any policy asked for
+        # (its DuplexSessionRunner.start sets ack_only on every session).
         if not self._caps.supports_playback_ack:
             return
         playback = self._unacked.get(event.response_id)
@@ -428,7 +437,20 @@ class RemoteConversation(Conversation):
                                    "played_ms": heard, "committed_ms": heard}
         if (heard < playback.received_ms or response_id in self._cut) and self._caps.supports_truncation:
             message["truncate"] = True
-        return [(message, 0.0)]
+        return [(message, 0.0), *self._release_partly_heard(response_id, playback, heard)]
+
+    def _release_partly_heard(self, response_id: str, playback: _Playback,
+                              committed_ms: float) -> list[tuple[dict[str, Any], float]]:
+        """``output_audio_buffer.clear`` after an ack short of a finished reply's audio, so vLLM-Omni
+        frees the turn (see the module docstring). Only for the latest reply: a newer one owns the
+        server's playback, and a cut one was freed by its cancel."""
+        if (not self.remote.extended or not playback.done
+                or committed_ms >= playback.received_ms or response_id in self._cut
+                or response_id != self._last_response):
+            return []
+        self._released.add(response_id)
+        self._self_acks += 1
+        return [({"type": "output_audio_buffer.clear", "event_id": f"{_SELF_ACK}_{self._self_acks}"}, 0.0)]
 
     def _drop_unacked(self, response_id: str) -> _Playback | None:
         playback = self._unacked.pop(response_id, None)
@@ -558,6 +580,8 @@ class RemoteConversation(Conversation):
                 self._emit(p.SessionUpdated(session))
             return
         response_id = getattr(event, "response_id", None)
+        if isinstance(event, p.OutputAudioBufferCleared) and response_id in self._released:
+            return  # the answer to this side's clear: the transport's own playout goes on
         late = isinstance(event, p.ResponseAudioDelta | p.ResponseTranscriptDelta) and response_id in self._cut
         if late or response_id in self._ended_here:
             self.dropped_late_deltas += isinstance(event, p.ResponseAudioDelta)
