@@ -2,7 +2,7 @@
 
 The edge reacts at the first VAD window (32 ms) over the session's threshold by pausing the
 agent, then waits for the verdict the session's own VAD would give, by its settings (threshold,
-release threshold, minimum speech, silence): the candidate holds once its windows over the
+release threshold, minimum speech): the candidate holds once its windows over the
 threshold reach the minimum speech (a barge-in: the call path cancels), and is dropped at
 the first window below the release threshold (a cough, a knock, a short "mm-hm": the call
 path resumes, nothing skipped). Windows in between neither add nor drop, as in ``VadStream``.
@@ -48,7 +48,7 @@ class BargeInRules:
     threshold: float = 0.5  # a window at or over it is speech: a candidate starts or grows
     release_threshold: float = 0.35  # under it the candidate is dropped (release_threshold(threshold))
     min_speech_ms: float = 100.0  # the candidate's speech that makes a barge-in
-    silence_ms: float = 300.0  # caller silence that ends their speech (a new onset may follow)
+    silence_ms: float = 300.0  # caller silence that ends their speech over the agent (a new onset may follow); the gate's own
     window_ms: float = 32.0  # the onset detector's window
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES

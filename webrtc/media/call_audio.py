@@ -243,9 +243,11 @@ class CallAudioPath:
         return self.overlap_policy == "barge_in" and self._caps.supports_barge_in
 
     def _barge_in_rules(self) -> BargeInRules:
-        """The gate's rules are the session VAD's (threshold and its hysteresis, minimum speech,
-        silence) over the onset detector's windows, so the edge pauses and confirms a barge-in
-        where the session's own turn detection would see the speech start."""
+        """The gate's rules are the session VAD's (threshold and its hysteresis, minimum speech)
+        over the onset detector's windows, so the edge pauses and confirms a barge-in where the
+        session's own turn detection would see the speech start. The silence that ends the
+        caller's speech over the agent stays the gate's own, shorter than the session's end-of-turn
+        silence: a caller who stops and speaks again over a new reply barges in again."""
         try:
             vad = VadSettings.from_dict(self._turn_detection or {})
         except VadSettingsError:  # the session refuses it with a typed error; keep the defaults here
@@ -255,7 +257,6 @@ class CallAudioPath:
             threshold=vad.threshold,
             release_threshold=release_threshold(vad.threshold),
             min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
-            silence_ms=float(vad.silence_duration_ms),
             pause=self._pause_on_onset,
         )
         return rules if self._onset is None else dataclasses.replace(rules, window_ms=self._onset.window_ms)
