@@ -542,7 +542,7 @@ class RemoteConversation(Conversation):
             self._sent.received()
         if error_event_id.startswith((RECEIPT_EVENT_PREFIX, _RESUME_PROBE)):
             return False
-        if self._opening_echo_window and (kind == "session.heartbeat_ack" or _error_event_id(data) == _OPENING_BARRIER):
+        if self._opening_echo_window and (kind == "session.heartbeat_ack" or error_event_id == _OPENING_BARRIER):
             self._opening_echo_window = False
             return False
         if self._opening_echo_window and kind == "session.updated":
