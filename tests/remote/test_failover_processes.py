@@ -89,6 +89,19 @@ async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve
                         *extra).ready()
 
 
+async def call_on_two_serves(serves, clients, tmp_path):
+    """Two serve backends listed in a file (so a SIGHUP can add more), a front on it, a caller open."""
+    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
+    await a.ready()
+    await b.ready()
+    listed = tmp_path / "backends"
+    listed.write_text(f"{a.url}\n{b.url}\n")
+    front = await front_of(serves, f"@{listed}")
+    caller = clients(front.url)
+    await caller.open(MANUAL)
+    return a, b, listed, front, caller
+
+
 async def peer_added(front: Serve, listed, urls: list[str], peer: OmniPeer) -> None:
     """Add the peer to the front's backend file and SIGHUP it; wait until the front lists it.
 
@@ -121,14 +134,7 @@ async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_anoth
         serves, clients, omni_peer, tmp_path):
     """Two serve backends and the real vLLM-Omni: the call moves to the other serve or to vLLM-Omni
     (whichever the front ranks first), and the history is checked where it went."""
-    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
-    await a.ready()
-    await b.ready()
-    listed = tmp_path / "backends"
-    listed.write_text(f"{a.url}\n{b.url}\n")
-    front = await front_of(serves, f"@{listed}")
-    caller = clients(front.url)
-    await caller.open(MANUAL)
+    a, b, listed, front, caller = await call_on_two_serves(serves, clients, tmp_path)
     await ask(caller)
     created, _ = await caller.until("response.created", timeout=30)
     done, seen = await caller.until("response.done", timeout=30)
@@ -161,14 +167,7 @@ async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_anoth
 
 async def test_a_call_whose_serve_backends_die_goes_on_on_vllm_omni_with_its_history(
         serves, clients, omni_peer, tmp_path):
-    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
-    await a.ready()
-    await b.ready()
-    listed = tmp_path / "backends"
-    listed.write_text(f"{a.url}\n{b.url}\n")
-    front = await front_of(serves, f"@{listed}")
-    caller = clients(front.url)
-    await caller.open(MANUAL)
+    a, b, listed, front, caller = await call_on_two_serves(serves, clients, tmp_path)
     heard: list[str] = []
     recorded = None
     # Each answer from a serve backend is heard in full, then its host dies, until the call is on vLLM-Omni.

@@ -202,9 +202,10 @@ async def test_a_call_moves_to_another_backend_when_its_own_is_lost_and_keeps_it
     await conversation.close()
 
 
-async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_the_grace(served, pools):
+async def both_backends_lost(served, pools, lost_grace_s: float):
+    """A call answered once on a pool of two backends, then both killed: the call, its events, its error."""
     only, other = await served(), await served()
-    pool = await pools(f"{only.url},{other.url}", lost_grace_s=1.0)
+    pool = await pools(f"{only.url},{other.url}", lost_grace_s=lost_grace_s)
     conversation = await pool.open()
     seen: list[p.ServerEvent] = []
     conversation.send(p.SessionUpdate({"turn_detection": None}))
@@ -213,22 +214,18 @@ async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_t
     await only.kill()
     await other.kill()
     error = await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    return conversation, seen, error
+
+
+async def test_with_no_backend_left_the_caller_is_told_and_the_call_ends_after_the_grace(served, pools):
+    conversation, seen, error = await both_backends_lost(served, pools, lost_grace_s=1.0)
     assert error.code == "backend_unavailable"
     closed = await events_until(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
     assert closed.reason == "backend_lost"
 
 
 async def test_a_call_closed_while_it_looks_for_a_backend_ends_with_its_reason(served, pools):
-    only, other = await served(), await served()
-    pool = await pools(f"{only.url},{other.url}", lost_grace_s=60.0)
-    conversation = await pool.open()
-    seen: list[p.ServerEvent] = []
-    conversation.send(p.SessionUpdate({"turn_detection": None}))
-    ask(conversation)
-    await events_until(conversation, completed, seen)
-    await only.kill()
-    await other.kill()
-    error = await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    conversation, seen, error = await both_backends_lost(served, pools, lost_grace_s=60.0)
     assert error.code == "backend_unavailable"  # moving, and still looking
     await conversation.close("client_closed")
     closed = await events_until(conversation, lambda e: isinstance(e, p.SessionClosed), seen)
