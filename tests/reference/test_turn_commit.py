@@ -70,7 +70,9 @@ async def commit_delays_ms(backend: LocalBackend, end_of_turn: bool) -> list[flo
             await asyncio.sleep(max(0.0, start + k * FRAME / SR - loop.time()))
             runner.send(p.InputAudioBufferAppend(audio[i : i + FRAME]))
             sent_frames += 1
+            answer_due = loop.time() + 30.0
             while i >= speech_ends and model.answered < model.asked and not reader.done():
+                assert loop.time() < answer_due, "the end-of-turn model never answered its question"
                 await asyncio.sleep(0.005)  # the answer to a question about this pause is on its way
         await asyncio.wait_for(reader, 10)
     await runner.close()

@@ -245,9 +245,9 @@ async def test_a_stall_mid_reply_cancels_it_here_and_no_old_audio_bursts_out_aft
     await path.start()
     try:
         conversation.send(p.InputAudioBufferCommit())
-        for _ in range(100):
-            if path.playout.queued_ms >= 290:
-                break
+        deadline = time.monotonic() + 10.0
+        while path.playout.queued_ms < 290:
+            assert time.monotonic() < deadline, f"the reply's burst never queued: {path.playout.queued_ms} ms"
             await asyncio.sleep(0.01)
         assert path.next_frame().any()  # the reply plays
         stalled_at = time.monotonic()
