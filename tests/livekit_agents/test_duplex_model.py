@@ -28,6 +28,12 @@ def _quiet_from(frames: list[np.ndarray], start: int, run: int = 30) -> int | No
     return None
 
 
+def _speaking_now(caller: LiveKitCaller, last: int = 30) -> bool:
+    """Whether the caller hears the agent speak now: most of its last ``last`` 10 ms frames loud
+    (a voice dips between syllables)."""
+    return len(caller.received) >= last and caller.loud_frames(len(caller.received) - last) >= last * 0.8
+
+
 def _assistant(worker, room: str) -> list[dict]:
     return [r for r in worker.records("item", room) if r["role"] == "assistant"]
 
@@ -240,6 +246,10 @@ async def _talk_over_moshi(caller: LiveKitCaller, worker, room: str, interruptio
                            speaking_since: int, cuts: int) -> tuple[dict, int]:
     """Talk over the tiny Moshi's reply (playing since frame ``speaking_since``); its interrupted
     message, and the frame from which the caller heard quiet."""
+    # A random Moshi now and then ends a reply by itself: the caller talks over it only while the
+    # caller hears it speak, or there is nothing to cut (under load a reply could end unseen in
+    # between: CI once said the interruption into quiet and waited in vain for the cut).
+    await wait_for(lambda: _speaking_now(caller), 120, "the tiny Moshi to be speaking")
     cut = len(caller.received)
     caller.mic.say(interruption)
 
