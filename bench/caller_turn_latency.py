@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -38,14 +37,13 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 
 from bench.call_rig import free_port
 from bench.stats import percentile
-from bench.webrtc_callers import LOUD_RMS, offer_and_connect
+from bench.webrtc_callers import offer_and_connect
+from devtools.caller_peer import CallerPeer, Mic
 from devtools.speech import espeak, pause_inside, speak
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
-from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
 RATE = 48000
-FRAME = 960
-SPEECH_RMS = 0.01  # -40 dBFS: where the caller's own speech ends
 GOAL_MS = 400.0  # caller-heard p50 minus the echo floor, finished sentences
 
 FINISHED = [
@@ -93,110 +91,18 @@ class Said:
     worker_turn_ms: float | None = None  # the worker's own turn_ms figure for this turn
 
 
-class Mic:
-    """The caller's microphone: clips queued by ``say``; notes when each clip's last speech
-    frame (and first loud frame) leaves, and silence otherwise."""
-
-    def __init__(self) -> None:
-        self._pcm = np.zeros(0, np.int16)
-        self._position = 0
-        self._last_speech_frame: int | None = None
-        self._first_loud_frame: int | None = None
-        self._frames_sent = 0
-        self.last_speech_sent_at: float | None = None
-        self.first_loud_sent_at: float | None = None
-
-    def say(self, audio: np.ndarray) -> None:
-        loud = np.flatnonzero(np.abs(audio) > SPEECH_RMS)
-        self._pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
-        self._position = 0
-        self._last_speech_frame = int(loud[-1]) // FRAME if loud.size else None
-        self._first_loud_frame = int(loud[0]) // FRAME if loud.size else None
-        self._frames_sent = 0
-        self.last_speech_sent_at = self.first_loud_sent_at = None
-
-    @property
-    def busy(self) -> bool:
-        return self._position < self._pcm.size
-
-    def next_frame(self) -> np.ndarray:
-        frame = np.zeros(FRAME, np.int16)
-        chunk = self._pcm[self._position : self._position + FRAME]
-        frame[: chunk.size] = chunk
-        if chunk.size:
-            if self._frames_sent == self._first_loud_frame:
-                self.first_loud_sent_at = time.perf_counter()
-            if self._frames_sent == self._last_speech_frame:
-                self.last_speech_sent_at = time.perf_counter()
-            self._frames_sent += 1
-        self._position += FRAME
-        return frame
-
-
-class CallerPeer:
-    """One aiortc call: a Mic out, loud-frame times in, data-channel events in."""
+class Caller(CallerPeer):
+    """One aiortc call from the caller's ``Mic``."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.mic = Mic()
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.channel = self.pc.createDataChannel("events")
-        self.pc.addTrack(PlayoutTrack(self.mic.next_frame))
-        self.pc.on("track", self._on_track)
-        self.channel.on("message", self._on_message)
-        self.channel.on("open", lambda: self.changed.set())
-        self.loud_at: list[float] = []
-        self.events: list[tuple[float, dict]] = []
-        self.changed = asyncio.Event()
-        self._readers: list[asyncio.Task[None]] = []
-
-    def _on_message(self, message: str | bytes) -> None:
-        try:
-            self.events.append((time.perf_counter(), json.loads(message)))
-        except ValueError:
-            return
-        self.changed.set()
-
-    def _on_track(self, track) -> None:
-        async def read() -> None:
-            try:
-                while True:
-                    frame = await track.recv()
-                    if float(np.sqrt(np.mean(frame_to_mono_f32(frame) ** 2))) > LOUD_RMS:
-                        self.loud_at.append(time.perf_counter())
-                        self.changed.set()
-            except Exception:
-                pass
-
-        self._readers.append(asyncio.create_task(read()))
+        super().__init__(PlayoutTrack(self.mic.next_frame))
 
     async def connect(self, http: aiohttp.ClientSession, url: str) -> None:
         await offer_and_connect(self.pc, self.address, http, url)
         if not await self.until(lambda: self.channel.readyState == "open", 10):
             raise RuntimeError("the data channel did not open")
-
-    def send(self, message: dict) -> None:
-        self.channel.send(json.dumps(message))
-
-    async def until(self, condition, timeout: float) -> bool:
-        """Wait, on the caller's own signals (frames, events), until ``condition()`` holds."""
-        deadline = time.perf_counter() + timeout
-        while not condition():
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return False
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), min(left, 0.1))
-            except TimeoutError:
-                pass
-        return True
-
-    async def close(self) -> None:
-        await self.pc.close()
-        for task in self._readers:
-            task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
 
 
 # ---- the echo peer (its own process) ----
@@ -242,7 +148,7 @@ async def serve_echo(port: int, address: str) -> None:
 
 
 async def echo_round_trips(url: str, address: str, clips: list[np.ndarray]) -> list[float]:
-    caller = CallerPeer(address)
+    caller = Caller(address)
     async with aiohttp.ClientSession() as http:
         await caller.connect(http, url)
     trips = []
@@ -267,7 +173,7 @@ async def echo_round_trips(url: str, address: str, clips: list[np.ndarray]) -> l
 async def speak_turns(url: str, address: str, utterances: list[Utterance]) -> dict[bool, list[Said]]:
     """Each utterance twice in one call, the end-of-turn model off and on, in alternating
     order (A/B under the same load); the page's session.update switches the model."""
-    caller = CallerPeer(address)
+    caller = Caller(address)
     async with aiohttp.ClientSession() as http:
         await caller.connect(http, url)
     said: dict[bool, list[Said]] = {False: [], True: []}
@@ -289,7 +195,7 @@ async def speak_turns(url: str, address: str, utterances: list[Utterance]) -> di
     return said
 
 
-async def say_one(caller: CallerPeer, utterance: Utterance) -> Said:
+async def say_one(caller: Caller, utterance: Utterance) -> Said:
     record = Said(utterance, started_at=time.perf_counter())
     events_before, heard_before = len(caller.events), len(caller.loud_at)
     caller.mic.say(np.concatenate([np.zeros(RATE // 5, np.float32), utterance.audio]))

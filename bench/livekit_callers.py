@@ -363,40 +363,12 @@ class LiveKitCaller(Caller):
 class DirectCaller(Caller):
     def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, address: str) -> None:
         super().__init__(index, speech)
-        from aiortc import RTCConfiguration, RTCPeerConnection
-
+        from devtools.caller_peer import CallerPeer
         from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
         self.url = url
         self.address = address
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.channel = self.pc.createDataChannel("events")
-        self.pc.addTrack(PlayoutTrack(self.mic.next_frame))
-        self.pc.on("track", self._on_track)
-        self.channel.on("message", self._on_message)
-
-    def _on_message(self, message: str | bytes) -> None:
-        try:
-            event = json.loads(message)
-        except ValueError:
-            return
-        if isinstance(event, dict) and event.get("type") == "metrics":
-            self.figures = {k: event.get(k) for k in ("barge_ins", "underruns")}
-
-    def _on_track(self, track) -> None:
-        from aiortc.mediastreams import MediaStreamError
-
-        from duplex_agent.webrtc.direct.tracks import frame_to_mono_f32
-
-        async def read() -> None:
-            try:
-                while True:
-                    frame = await track.recv()
-                    self.ear.hear(frame_to_mono_f32(frame))
-            except MediaStreamError:
-                pass
-
-        self._tasks.append(asyncio.create_task(read(), name=f"caller-{self.index}-listen"))
+        self.peer = CallerPeer(PlayoutTrack(self.mic.next_frame), on_frame=self.ear.hear)
 
     async def connect(self) -> None:
         import aiohttp
@@ -405,13 +377,16 @@ class DirectCaller(Caller):
 
         try:
             async with aiohttp.ClientSession() as http:
-                self.connected_s = await offer_and_connect(self.pc, self.address, http, self.url)
+                self.connected_s = await offer_and_connect(self.peer.pc, self.address, http, self.url)
         except Exception as exc:  # report, do not crash the other callers
             self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
 
     async def close(self) -> None:
-        await self.pc.close()
+        await self.peer.close()
         await super().close()
+        reported = self.peer.events_since(0, "metrics")  # the worker's call figures, the latest
+        if reported:
+            self.figures = {k: reported[-1].get(k) for k in ("barge_ins", "underruns")}
 
 
 # ---------------------------------------------------------------- the run

@@ -31,8 +31,8 @@ a long one and talks over the reply. Per condition and line it prints:
   concealed (a frame whose packet was not Opus is concealed too); for a ``libopus-rr`` caller,
   the loss its FEC was planned for at the end of the call (p50), from the worker's reports;
 - what the forwarder really did to the trials' UDP, each way (caller -> worker / worker ->
-  caller): dropped, reordered, longest run of drops;
-The clean line is the floor of the others. After the table, what the recognizer heard in
+  caller): dropped, reordered, longest run of drops.
+The clean condition is the floor of the others. After the table, what the recognizer heard in
 every call that missed a content word. Never passes or fails.
 
 ``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit

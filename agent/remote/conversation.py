@@ -69,6 +69,12 @@ _SELF_ACK_MARGIN_S = 0.5
 _RESUME_PROBE = "evt_resume_probe"
 
 
+def real_time_heard_ms(received_ms: float, first_at: float, now: float) -> float:
+    """What a caller playing a reply in real time since its first audio arrived (at ``first_at``) can
+    have heard of the ``received_ms`` that arrived, by ``now``."""
+    return min(received_ms, 1000.0 * (now - first_at))
+
+
 @dataclass(slots=True)
 class _Playback:
     """A reply's audio as received, for acknowledging it when the transport does not."""
@@ -80,8 +86,7 @@ class _Playback:
     timer: asyncio.TimerHandle | None = None
 
     def heard_ms(self, now: float) -> float:
-        """What a caller playing it in real time since it arrived can have heard by ``now``."""
-        return min(self.received_ms, 1000.0 * (now - self.first_at))
+        return real_time_heard_ms(self.received_ms, self.first_at, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,13 +384,7 @@ class RemoteConversation(Conversation):
         item_id = event.item_id or self._items.get(response_id)
         if self._caps.supports_playback_ack:
             committed = event.played_ms if event.committed_ms is None else event.committed_ms
-            message: dict[str, Any] = {"type": "playback.ack", "response_id": response_id,
-                                       "played_ms": event.played_ms, "committed_ms": committed}
-            if item_id:
-                message["item_id"] = item_id
-            if (event.truncate or response_id in self._cut) and self._caps.supports_truncation:
-                message["truncate"] = True
-            return [(message, 0.0)]
+            return [(self._ack(response_id, item_id, event.played_ms, committed, event.truncate), 0.0)]
         if self._caps.supports_truncation and item_id:
             return [({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
                       "audio_end_ms": event.played_ms}, 0.0)]
@@ -432,12 +431,22 @@ class RemoteConversation(Conversation):
             return []
         heard = round(playback.heard_ms(time.monotonic()))
         self._self_acks += 1
-        message: dict[str, Any] = {"type": "playback.ack", "event_id": f"{_SELF_ACK}_{self._self_acks}",
-                                   "response_id": response_id, "item_id": playback.item_id,
-                                   "played_ms": heard, "committed_ms": heard}
-        if (heard < playback.received_ms or response_id in self._cut) and self._caps.supports_truncation:
-            message["truncate"] = True
+        message = self._ack(response_id, playback.item_id, heard, heard, heard < playback.received_ms,
+                            event_id=f"{_SELF_ACK}_{self._self_acks}")
         return [(message, 0.0), *self._release_partly_heard(response_id, playback, heard)]
+
+    def _ack(self, response_id: str, item_id: str | None, played_ms: float, committed_ms: float, truncate: bool,
+             event_id: str | None = None) -> dict[str, Any]:
+        """``playback.ack``, the transport's or our own; a cut reply is always truncated where the server can."""
+        message: dict[str, Any] = {"type": "playback.ack", "response_id": response_id, "played_ms": played_ms,
+                                   "committed_ms": committed_ms}
+        if event_id:
+            message["event_id"] = event_id
+        if item_id:
+            message["item_id"] = item_id
+        if (truncate or response_id in self._cut) and self._caps.supports_truncation:
+            message["truncate"] = True
+        return message
 
     def _release_partly_heard(self, response_id: str, playback: _Playback,
                               committed_ms: float) -> list[tuple[dict[str, Any], float]]:
@@ -621,7 +630,7 @@ class RemoteConversation(Conversation):
         while time.monotonic() + delay < give_up_at:
             attempt += 1
             await asyncio.sleep(delay)
-            delay = min(2 * max(delay, backoff / 2), 2.0)
+            delay = min(backoff if delay == 0 else 2 * delay, 2.0)
             try:
                 ws = await self._connect(resume=True)
             except AdmissionError as exc:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.remote.conversation import RemoteConversation
+from duplex_agent.agent.remote.conversation import RemoteConversation, real_time_heard_ms
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.agent.session.responses import item_text
@@ -73,8 +73,8 @@ class _Item:
             return self.text
         heard = self.heard_ms
         if heard is None:
-            heard = self.received_ms if self.first_at is None else min(self.received_ms,
-                                                                        1000.0 * (now - self.first_at))
+            heard = self.received_ms if self.first_at is None else real_time_heard_ms(self.received_ms,
+                                                                                       self.first_at, now)
         return text_heard_by(self.marks, heard)
 
 

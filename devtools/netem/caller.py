@@ -43,16 +43,14 @@ from pathlib import Path
 import aiohttp
 import av
 import numpy as np
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
+from devtools.caller_peer import FRAME, CallerPeer, Mic
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
-from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
-FRAME = 960  # 20 ms at 48 kHz
-LOUD_RMS = 0.02  # a received frame of the agent's speech
-SPEECH_LEVEL = 0.01  # a sample of the caller's own speech
 REPLY_HEARD_BEFORE_BARGE_IN = 25  # loud frames (0.5 s) of the reply before the caller talks over it
 QUIET_AFTER_S = 0.5  # the barge-in window ends this long after the interruption's last speech
 STOPPED_QUIET_FRAMES = 15  # the agent stopped: after the cut, this many frames (0.3 s) heard quiet in a row
@@ -61,38 +59,6 @@ STOPPED_QUIET_FRAMES = 15  # the agent stopped: after the cut, this many frames 
 #: each way the data channel opened in 1 s p50, 22 s at worst, of 25 calls).
 SEND_TIMEOUT_S = 120
 SENDERS = ("libopus-rr", "aiortc-opus")
-
-
-class Mic:
-    """The caller's microphone: one clip at a time, then silence; notes when the clip's first
-    loud frame and last speech frame were handed to the sender."""
-
-    def __init__(self) -> None:
-        self._pcm = np.zeros(0, np.int16)
-        self._position = 0
-        self._first = self._last = -1
-        self.first_loud_sent_at: float | None = None
-        self.last_speech_sent_at: float | None = None
-
-    def say(self, audio: np.ndarray) -> None:
-        loud = np.flatnonzero(np.abs(audio) > SPEECH_LEVEL)
-        self._first, self._last = (int(loud[0]) // FRAME, int(loud[-1]) // FRAME) if loud.size else (-1, -1)
-        self._pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
-        self._position = 0
-        self.first_loud_sent_at = self.last_speech_sent_at = None
-
-    def next_frame(self) -> np.ndarray:
-        frame = np.zeros(FRAME, np.int16)
-        chunk = self._pcm[self._position : self._position + FRAME]
-        frame[: chunk.size] = chunk
-        if chunk.size:
-            index = self._position // FRAME
-            if index == self._first:
-                self.first_loud_sent_at = time.perf_counter()
-            if index == self._last:
-                self.last_speech_sent_at = time.perf_counter()
-        self._position += FRAME
-        return frame
 
 
 class AiortcEncodedTrack(MediaStreamTrack):
@@ -122,76 +88,19 @@ class AiortcEncodedTrack(MediaStreamTrack):
         super().stop()
 
 
-class Call:
+class Call(CallerPeer):
     def __init__(self, url: str, address: str, clips: dict[str, np.ndarray], sender: str) -> None:
         self.url = url
         self.address = address
         self.clips = clips
         self.mic = Mic()
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.channel = self.pc.createDataChannel("events")
         self.loss_follower: LossFollower | None = None
         if sender == "aiortc-opus":
-            self.pc.addTrack(AiortcEncodedTrack(self.mic.next_frame))
+            super().__init__(AiortcEncodedTrack(self.mic.next_frame))
         else:
             track = PlayoutTrack(self.mic.next_frame)
             self.loss_follower = LossFollower(track.encoder)
-            self._rtp_sender = self.pc.addTrack(track)
-        self.pc.on("track", self._on_track)
-        self.channel.on("message", self._on_message)
-        self.channel.on("open", self._changed)
-        self.pc.on("connectionstatechange", self._changed)
-        self.frames_heard = 0
-        self.quiet_run = 0  # frames heard in a row that were not loud
-        self.loud_at: list[float] = []
-        self.events: list[tuple[float, dict]] = []
-        self._change = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []  # the track readers and the loss follower
-
-    def _changed(self) -> None:
-        self._change.set()
-
-    def _on_message(self, message: str | bytes) -> None:
-        try:
-            event = json.loads(message)
-        except ValueError:
-            return
-        if isinstance(event, dict):
-            self.events.append((time.perf_counter(), event))
-            self._change.set()
-
-    def _on_track(self, track) -> None:  # noqa: ANN001
-        async def read() -> None:
-            try:
-                while True:
-                    frame = await track.recv()
-                    self.frames_heard += 1
-                    self.quiet_run += 1
-                    if float(np.sqrt(np.mean(frame_to_mono_f32(frame) ** 2))) > LOUD_RMS:
-                        self.loud_at.append(time.perf_counter())
-                        self.quiet_run = 0
-                    self._change.set()
-            except Exception:  # the track ended with the call
-                pass
-
-        self._tasks.append(asyncio.create_task(read()))
-
-    async def until(self, condition, timeout: float) -> bool:  # noqa: ANN001
-        """Wait on the call's own signals (frames, events, state) until ``condition()`` holds."""
-        deadline = time.perf_counter() + timeout
-        while not condition():
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return False
-            self._change.clear()
-            try:
-                await asyncio.wait_for(self._change.wait(), min(left, 0.05))
-            except TimeoutError:
-                pass
-        return True
-
-    def events_since(self, mark: int, kind: str) -> list[dict]:
-        return [e for _, e in self.events[mark:] if e.get("type") == kind]
+            super().__init__(track)
 
     # ---- commands ----
 
@@ -233,7 +142,7 @@ class Call:
                 return {"ok": False, **phases, "error": f"{what} did not start {SEND_TIMEOUT_S} s after connecting"}
             phases[name] = round(1000 * (time.perf_counter() - connected))
         if self.loss_follower is not None:
-            self._tasks.append(asyncio.create_task(self.loss_follower.follow(self._rtp_sender)))
+            self.tasks.append(asyncio.create_task(self.loss_follower.follow(self.sender)))
         return {"ok": True, **phases}
 
     async def turn(self) -> dict:
@@ -298,10 +207,7 @@ class Call:
                 "frames_heard": self.frames_heard}
 
     async def hangup(self) -> dict:
-        await self.pc.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.close()
         return {"ok": True}
 
 

@@ -1,24 +1,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from devtools.livekit_server import LoopbackLiveKitServer
 
 # At exit, dispose livekit's FFI and wait out its callbacks before the interpreter finalizes.
 from duplex_agent.webrtc.livekit import ffi_router  # noqa: F401
+from tests.serve_process import REPO, AgentProcess, ServeProcess  # noqa: F401 (tests.livekit_agents imports REPO)
+from tests.serve_process import environment as _environment
 
-REPO = Path(__file__).resolve().parents[2]
 AGENT_NAME = "duplex-test"
-#: How long a stopped process may take to drain and exit (its drain timeout is shorter).
-EXIT_TIMEOUT_S = 30.0
 
 
 @pytest.fixture
@@ -27,62 +21,6 @@ async def livekit_server():
     await server.start()
     yield server
     await asyncio.wait_for(server.stop(), 20)
-
-
-def _environment(**settings: str) -> dict[str, str]:
-    """This process's environment without LiveKit or duplex settings, plus ``settings`` (secrets go here, never argv)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "DUPLEX_"))}
-    env["HF_HUB_OFFLINE"] = "1"
-    env.update(settings)
-    return env
-
-
-class AgentProcess:
-    """A real ``duplex-agent`` command as a subprocess, its log in a file; stopped by signal, never killed."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.args = [sys.executable, "-m", "duplex_agent.agent.app.cli", *args]
-        self.env = env
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-        self._log = None
-
-    def start(self) -> None:
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self._log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        assert self.process is not None and self.process.poll() is None, "the process has already exited"
-        self.process.send_signal(sig)
-
-    async def exited(self, timeout: float = EXIT_TIMEOUT_S) -> int:
-        """The exit code, once the process has exited on its own; AssertionError past ``timeout``."""
-        assert self.process is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.process.poll() is None:
-            if loop.time() > deadline:
-                raise AssertionError(f"{self.log_path.name}: still running {timeout:g} s after the signal")
-            await asyncio.sleep(0.05)
-        return self.process.returncode
-
-    async def stop(self) -> int | None:
-        """SIGTERM (if still running) and the exit code; the teardown checks it is 0."""
-        if self.process is None:
-            return None
-        try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-            return await self.exited()
-        finally:
-            if self.process.poll() is None:  # a failed drain fails the test; the process must not outlive it
-                self.process.kill()
-                self.process.wait(5)
-            self._log.close()
 
 
 class WorkerProcess(AgentProcess):
@@ -99,44 +37,6 @@ class WorkerProcess(AgentProcess):
                 "--drain-timeout", str(drain_timeout), *extra]
         args += ["--backend", backend] if backend else ["--plugin", plugin]
         super().__init__(args, env, log_path)
-
-
-class ServeProcess(AgentProcess):
-    """``duplex-agent serve``: the embedded worker, here the duplex backend of a LiveKit worker."""
-
-    def __init__(self, port: int, log_path: Path, *, plugin: str = "reference", max_sessions: int = 4,
-                 drain_timeout: float = 10.0) -> None:
-        self.port = port
-        args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--plugin", plugin,
-                "--max-sessions", str(max_sessions), "--drain-timeout", str(drain_timeout)]
-        super().__init__(args, _environment(), log_path)
-
-    @property
-    def realtime_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime?duplex=1"
-
-    async def health(self) -> dict | None:
-        try:
-            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{self.port}/healthz") as r:
-                return await r.json()
-        except aiohttp.ClientError:
-            return None
-
-    async def until_sessions(self, count: int, timeout: float = 60.0) -> None:
-        """Wait until this server's own /healthz counts ``count`` live sessions."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while ((await self.health()) or {}).get("sessions") != count:
-            assert loop.time() < deadline, f"serve never had {count} session(s): {await self.health()}"
-            await asyncio.sleep(0.1)
-
-    async def ready(self, timeout: float = 90.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while await self.health() is None:
-            assert self.process is not None and self.process.poll() is None, self.log()[-3000:]
-            assert loop.time() < deadline, "serve did not come up"
-            await asyncio.sleep(0.2)
 
 
 @pytest.fixture
@@ -181,17 +81,13 @@ def start_serve(tmp_path, processes):
     """start_serve(*args, **kwargs): a ``serve`` process on a free port, answering /healthz; ``args``
     are more ``serve`` arguments."""
 
-    async def start(*args: str, **kwargs) -> ServeProcess:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        serve = ServeProcess(port, tmp_path / f"serve{len(processes)}.log", **kwargs)
-        serve.args += list(args)
+    async def start(*args: str, plugin: str = "reference", max_sessions: int = 4,
+                    drain_timeout: float = 10.0) -> ServeProcess:
+        serve = ServeProcess(tmp_path / f"serve{len(processes)}.log", "--plugin", plugin, "--max-sessions",
+                             str(max_sessions), "--drain-timeout", str(drain_timeout), *args)
         processes.append(serve)
         serve.start()
-        await serve.ready()
+        await serve.ready(90)
         return serve
 
     return start

@@ -8,21 +8,15 @@ its own sessions on them.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.omni_peer.processes import (
-    OMNI_PYTHON,
-    PEER_START_TIMEOUT_S,
-    REPO,
-    SERVE_START_TIMEOUT_S,
-    OmniPeer,
-    OurServe,
-    Process,
-    free_port,
-)
+from tests.omni_peer.processes import OMNI_PYTHON, PEER_START_TIMEOUT_S, REPO, OmniPeer, free_port
+from tests.serve_process import ServeProcess
 
 _BUILD_TIMEOUT_S = 1800
 
@@ -40,30 +34,43 @@ def omni_python() -> str:
     return str(OMNI_PYTHON)
 
 
+def _blocking(coroutine: Coroutine):
+    """``coroutine``'s result, run on a loop of its own: module fixtures start processes outside the
+    tests' loops, and the tests' own calls to them block their loop anyway while a process starts."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
+
 class Started:
     """The processes a module started, stopped in reverse order; their log tails go to the report."""
 
     def __init__(self, folder) -> None:
         self.folder = folder
-        self.processes: list[Process] = []
+        self.processes: list[OmniPeer | ServeProcess] = []
 
     def peer(self, **options) -> OmniPeer:
-        return self._start(OmniPeer(free_port(), self.folder / f"omni-peer{len(self.processes)}.log", **options),
-                           PEER_START_TIMEOUT_S)
+        peer = OmniPeer(free_port(), self.folder / f"omni-peer{len(self.processes)}.log", **options)
+        self.processes.append(peer)
+        peer.start()
+        peer.ready(PEER_START_TIMEOUT_S)
+        return peer
 
-    def serve(self, **options) -> OurServe:
-        return self._start(OurServe(free_port(), self.folder / f"serve{len(self.processes)}.log", **options),
-                           SERVE_START_TIMEOUT_S)
-
-    def _start(self, process, timeout):
-        self.processes.append(process)
-        process.start()
-        process.ready(timeout)
-        return process
+    def serve(self, *, plugin: str = "scripted", backend: str | None = None,
+              extra: list[str] | None = None) -> ServeProcess:
+        """``duplex-agent serve``: with ``plugin`` a model of its own, with ``backend`` a remote one."""
+        args = ["--backend", backend] if backend else ["--plugin", plugin]
+        serve = ServeProcess(self.folder / f"serve{len(self.processes)}.log", *args, *(extra or ()))
+        self.processes.append(serve)
+        serve.start()
+        _blocking(serve.ready())
+        return serve
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            process.stop()
+            if isinstance(process, ServeProcess):
+                _blocking(process.stop())
+            else:
+                process.stop()
         for process in self.processes:
             print(f"--- {process.log_path.name} (tail) ---\n{process.log()[-3000:]}")
 

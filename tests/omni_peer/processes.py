@@ -1,42 +1,30 @@
-"""The processes these tests start: the real vLLM-Omni peer (in .venv-omni) and ``duplex-agent serve``.
+"""The real vLLM-Omni peer (in .venv-omni) as a subprocess; ``duplex-agent serve`` is tests.serve_process's.
 
-Each runs as a subprocess with its log in a file, is waited on by its own health route (never
-by a sleep), and is stopped by SIGTERM (SIGKILL only past a generous deadline).
+The peer has its log in a file, is waited on by its own health route (never by a sleep), and is
+stopped by SIGTERM (SIGKILL only past a generous deadline).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from devtools.omni_peer.engine_record import read_record
+from tests.serve_process import REPO, STOP_TIMEOUT_S, environment, free_port  # noqa: F401 (free_port: for users)
 
-REPO = Path(__file__).resolve().parents[2]
 OMNI_PYTHON = REPO / ".venv-omni" / "bin" / "python"
 #: The peer imports vLLM and vLLM-Omni (about 40 s on an idle core); the loaded CI machine gets more.
 PEER_START_TIMEOUT_S = 300.0
-SERVE_START_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "DUPLEX_", "VIRTUAL_ENV"))}
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
+    """The tests' environment without this venv's own (the peer runs in .venv-omni)."""
+    return {k: v for k, v in environment().items() if not k.startswith("VIRTUAL_ENV")}
 
 
 class Process:
@@ -119,23 +107,6 @@ class OmniPeer(Process):
     def record(self) -> list[dict]:
         """What its scripted engine cores did so far (devtools.omni_peer.engine_record)."""
         return read_record(self.record_path)
-
-    @property
-    def realtime_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime?duplex=1"
-
-
-class OurServe(Process):
-    """``duplex-agent serve``: with ``--plugin`` a model of its own, with ``backend`` a remote one."""
-
-    health_path = "/healthz"
-
-    def __init__(self, port: int, log_path: Path, *, plugin: str = "scripted", backend: str | None = None,
-                 extra: list[str] | None = None) -> None:
-        argv = [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--host", "127.0.0.1",
-                "--port", str(port)]
-        argv += ["--backend", backend] if backend else ["--plugin", plugin]
-        super().__init__(argv + list(extra or ()), port, log_path)
 
     @property
     def realtime_url(self) -> str:

@@ -16,7 +16,8 @@ import pytest
 from devtools.speech import speak
 from tests.conformance.omni_client import OmniClient
 from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, reply_tone_hz, say, tone
-from tests.omni_peer.processes import OmniPeer, OurServe
+from tests.omni_peer.processes import OmniPeer
+from tests.serve_process import ServeProcess
 from tests.tcp_relay import RelayThread
 
 #: Each scripted word is 0.3 s of audio; "reply N" itself is not spoken.
@@ -28,7 +29,7 @@ LONG_WORDS = 10
 class Stack:
     peer: OmniPeer
     relay: RelayThread
-    serve: OurServe
+    serve: ServeProcess
     words: int
 
 

@@ -17,7 +17,8 @@ from devtools.speech import speak
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.integration.conftest import Microphone
 from tests.omni_peer.caller import reply_tone_hz
-from tests.omni_peer.processes import OmniPeer, OurServe
+from tests.omni_peer.processes import OmniPeer
+from tests.serve_process import ServeProcess
 from tests.webrtc.client_peer import ClientPeer, wait_for
 
 QUESTION = "Please book a table for two people tonight."
@@ -51,7 +52,7 @@ def loud_frames_of_reply(frames: list[np.ndarray], index: int) -> list[int]:
 class Call:
     """One caller on a stack: its microphone, its peer connection, its HTTP session to our server."""
 
-    def __init__(self, serve: OurServe) -> None:
+    def __init__(self, serve: ServeProcess) -> None:
         self.serve = serve
         self.mic = Microphone()
         self.peer = ClientPeer(interface_ipv4(), self.mic.next_frame)
@@ -79,7 +80,7 @@ class Call:
 async def calls():
     made: list[Call] = []
 
-    async def call(serve: OurServe) -> Call:
+    async def call(serve: ServeProcess) -> Call:
         made.append(Call(serve))
         await made[-1].connect()
         return made[-1]
@@ -92,9 +93,9 @@ async def calls():
 @pytest.fixture(scope="module")
 def stacks(started):
     """rate -> (the peer speaking at that rate, our serve in front of it)."""
-    made: dict[int, tuple[OmniPeer, OurServe]] = {}
+    made: dict[int, tuple[OmniPeer, ServeProcess]] = {}
 
-    def stack(rate: int) -> tuple[OmniPeer, OurServe]:
+    def stack(rate: int) -> tuple[OmniPeer, ServeProcess]:
         if rate not in made:
             peer = started.peer(sample_rate=rate, words=LONG_WORDS if rate == 24000 else SHORT_WORDS)
             made[rate] = peer, started.serve(backend=peer.realtime_url)

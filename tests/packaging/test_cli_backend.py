@@ -13,7 +13,7 @@ import pytest
 
 from tests.conformance.omni_client import OmniClient, tone
 from tests.packaging.import_graph import ROOT
-from tests.remote.serve_processes import Serve
+from tests.serve_process import ServeProcess
 
 CLI = [sys.executable, "-m", "duplex_agent.agent.app.cli"]
 #: start and dev check these before the backend; no LiveKit server is reached (the backend fails first).
@@ -77,10 +77,10 @@ def test_a_pool_none_of_whose_backends_answers_says_so(refusing_url):
 
 
 async def test_a_pool_with_one_host_down_starts_and_answers_on_the_other(tmp_path, refusing_url):
-    host = Serve(tmp_path / "host.log", "--plugin", "scripted").start()
-    front = Serve(tmp_path / "front.log", "--backend", refusing_url, "--backend", host.url,
+    host = ServeProcess(tmp_path / "host.log", "--plugin", "scripted").start()
+    front = ServeProcess(tmp_path / "front.log", "--backend", refusing_url, "--backend", host.realtime_url,
                   "--backend-connect-timeout", "1")
-    caller = OmniClient(front.url)
+    caller = OmniClient(front.realtime_url)
     try:
         await host.ready()
         await front.start().ready()

@@ -10,8 +10,8 @@ import pytest
 
 from tests.conformance.omni_client import OmniClient, tone
 from tests.omni_peer.conftest import omni_python  # noqa: F401  (the fixture: .venv-omni, built or skipped)
-from tests.omni_peer.processes import PEER_START_TIMEOUT_S, OmniPeer, free_port
-from tests.remote.serve_processes import Serve
+from tests.omni_peer.processes import PEER_START_TIMEOUT_S, OmniPeer
+from tests.serve_process import ServeProcess, free_port
 
 MANUAL = {"turn_detection": None}
 BACKEND_ARGS = ("--plugin", "scripted", "--drain-timeout", "2")
@@ -32,10 +32,10 @@ def omni_peer(omni_python, tmp_path_factory):  # noqa: F811
 
 @pytest.fixture
 async def serves(tmp_path):
-    started: list[Serve] = []
+    started: list[ServeProcess] = []
 
-    def start(*args: str) -> Serve:
-        started.append(Serve(tmp_path / f"serve{len(started)}.log", *args).start())
+    def start(*args: str) -> ServeProcess:
+        started.append(ServeProcess(tmp_path / f"serve{len(started)}.log", *args).start())
         return started[-1]
 
     yield start
@@ -73,7 +73,7 @@ async def answer_after(caller: OmniClient, earlier: str) -> tuple[dict, list[dic
             return done, seen
 
 
-async def in_use(*backends: Serve) -> Serve:
+async def in_use(*backends: ServeProcess) -> ServeProcess:
     """The backend holding the front's one session."""
     for _ in range(300):
         for backend in backends:
@@ -83,7 +83,7 @@ async def in_use(*backends: Serve) -> Serve:
     raise AssertionError("no backend holds the session")
 
 
-async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve:
+async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> ServeProcess:
     args = [arg for url in backends for arg in ("--backend", url)]
     return await serves(*args, "--backend-connect-timeout", "1", "--backend-lost-grace", "5", "--drain-timeout", "2",
                         *extra).ready()
@@ -95,14 +95,14 @@ async def call_on_two_serves(serves, clients, tmp_path):
     await a.ready()
     await b.ready()
     listed = tmp_path / "backends"
-    listed.write_text(f"{a.url}\n{b.url}\n")
+    listed.write_text(f"{a.realtime_url}\n{b.realtime_url}\n")
     front = await front_of(serves, f"@{listed}")
-    caller = clients(front.url)
+    caller = clients(front.realtime_url)
     await caller.open(MANUAL)
     return a, b, listed, front, caller
 
 
-async def peer_added(front: Serve, listed, urls: list[str], peer: OmniPeer) -> None:
+async def peer_added(front: ServeProcess, listed, urls: list[str], peer: OmniPeer) -> None:
     """Add the peer to the front's backend file and SIGHUP it; wait until the front lists it.
 
     The front knows vLLM-Omni's free sessions only as its own room there (vLLM-Omni's /health
@@ -143,7 +143,7 @@ async def test_a_backend_killed_mid_reply_the_next_question_is_answered_by_anoth
     await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
     used = await in_use(a, b)
     other = b if used is a else a
-    await peer_added(front, listed, [a.url, b.url], omni_peer)
+    await peer_added(front, listed, [a.realtime_url, b.realtime_url], omni_peer)
     recorded = len(omni_peer.record())
     # The next answer starts playing, and its host dies.
     await ask(caller)
@@ -183,7 +183,7 @@ async def test_a_call_whose_serve_backends_die_goes_on_on_vllm_omni_with_its_his
         await caller.send({"type": "playback.ack", "response_id": done["response_id"], "played_ms": 10_000})
         (await in_use(*[backend for backend in (a, b) if backend.process.poll() is None])).kill()
         if recorded is None:
-            await peer_added(front, listed, [a.url, b.url], omni_peer)
+            await peer_added(front, listed, [a.realtime_url, b.realtime_url], omni_peer)
             recorded = len(omni_peer.record())
     # On the peer's side: its thinker was prompted with the call so far, the history items first.
     answer = transcript(seen)
@@ -255,14 +255,14 @@ async def test_a_host_that_takes_the_connection_and_never_answers_is_left_by_the
     await b.ready()
     host = await HostAddress(a.port).start()
     try:
-        front = await front_of(serves, host.url, b.url)
-        b_free = f'duplex_backend_free_sessions{{backend="{b.url.split("?")[0]}"}} 1.0'
+        front = await front_of(serves, host.url, b.realtime_url)
+        b_free = f'duplex_backend_free_sessions{{backend="{b.realtime_url.split("?")[0]}"}} 1.0'
         for _ in range(300):  # the front has read b's figure
             if b_free in await front.metrics():
                 break
             await asyncio.sleep(0.1)
         assert b_free in await front.metrics(), "the front never read the spare backend's free session"
-        caller = clients(front.url)
+        caller = clients(front.realtime_url)
         await caller.open(MANUAL)
         await ask(caller)
         await caller.until("response.done", timeout=30)
@@ -284,13 +284,13 @@ async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answer
     a, b = serves(*BACKEND_ARGS, "--max-sessions", "1"), serves(*BACKEND_ARGS, "--max-sessions", "1")
     await a.ready()
     await b.ready()
-    front = await front_of(serves, a.url, b.url)
+    front = await front_of(serves, a.realtime_url, b.realtime_url)
     for _ in range(2):
-        caller = clients(front.url)
+        caller = clients(front.realtime_url)
         await caller.open(MANUAL)
     for backend in (a, b):
         assert ((await backend.health()) or {}).get("sessions") == 1
-    late = await clients(front.url).connect()
+    late = await clients(front.realtime_url).connect()
     await late.send({"type": "session.update", "event_id": "evt_late", "session": MANUAL})
     refusal = await late.recv(timeout=30)
     assert refusal["type"] == "error" and refusal["error"]["code"] == "resource_exhausted"
@@ -306,11 +306,11 @@ async def test_a_backend_file_is_re_read_on_sighup(serves, clients, tmp_path):
     await a.ready()
     await b.ready()
     listed = tmp_path / "backends"
-    listed.write_text(f"# the GPU hosts\n{a.url}\n")
+    listed.write_text(f"# the GPU hosts\n{a.realtime_url}\n")
     front = await front_of(serves, f"@{listed}")
-    b_label = b.url.split("?")[0]
+    b_label = b.realtime_url.split("?")[0]
     assert b_label not in await front.metrics()
-    listed.write_text(f"{a.url}\n{b.url}\n")
+    listed.write_text(f"{a.realtime_url}\n{b.realtime_url}\n")
     assert front.process is not None
     front.process.send_signal(signal.SIGHUP)
     for _ in range(300):
@@ -319,7 +319,7 @@ async def test_a_backend_file_is_re_read_on_sighup(serves, clients, tmp_path):
         await asyncio.sleep(0.1)
     assert f'duplex_backend_sessions{{backend="{b_label}"}}' in await front.metrics()
     a.kill()  # the first host dies: calls now go to the one the file added
-    caller = clients(front.url)
+    caller = clients(front.realtime_url)
     await caller.open(MANUAL)
     await ask(caller)
     done, _ = await caller.until("response.done", timeout=60)
