@@ -382,3 +382,34 @@ async def test_a_cut_leaves_the_paused_room_output_to_the_interrupt_and_a_refuse
         assert calls == expected, interrupt_taken
         session._path = None
         await session.aclose()
+
+
+async def test_a_reply_the_room_skipped_into_keeps_in_history_only_what_came_before_the_skip():
+    from types import SimpleNamespace
+
+    from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackProgressedEvent
+
+    from duplex_agent.livekit_agents.agent_link import AgentSessionLink
+
+    played: list[tuple[str, float, bool]] = []
+
+    def on_room_played(response_id: str, played_ms: float, cut: bool) -> str | None:
+        played.append((response_id, played_ms, cut))
+        return "You said:" if cut else None
+
+    link = AgentSessionLink(object(), response_of_burst=lambda: "r1", on_room_played=on_room_played)
+    link._on_generation_created(llm.GenerationCreatedEvent(message_stream=None, function_stream=None,
+                                                           user_initiated=False, response_id="m1"))
+    for n in range(30):
+        link.frame_handed("r1", 0.02, 20.0 * (n + 1))
+    # a false pause: the paused output dropped 120 ms of its queue, resumed, and played out
+    link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.0, duration=0.25))
+    link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.37, duration=0.23))
+    finished = PlaybackFinishedEvent(playback_position=0.48, interrupted=False)
+    link._on_playback_finished(finished)
+    assert played == [("r1", pytest.approx(250.0), True)]
+    assert finished.synchronized_transcript == "You said:"
+    # AgentSession took it as played out: the message is cut to the heard words as it is added
+    message = llm.ChatMessage(id="m1", role="assistant", content=["You said: Please book a table tonight."])
+    link._on_item_added(SimpleNamespace(item=message))
+    assert message.text_content == "You said:"
