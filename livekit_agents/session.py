@@ -9,8 +9,9 @@ as their sound does, never after a cut.
 Our edge's pause (caller sound over the agent) reaches the caller through AgentSession's room
 output, which holds up to 200 ms in its ``AudioSource`` queue. So the pause pauses that output
 too (``session.output.audio.pause()``), and the next few frames go at once: the output drops
-its queue when a frame reaches it paused. While it stays paused no frame is handed over (what
-it got would play after the resume, late by the pause); the resume resumes it. The dropped
+its queue when a frame reaches it paused. While it stays paused only one frame in 100 ms is
+handed over (what it gets plays after the resume, late by the pause; that one keeps the
+adapter from ending the burst); the resume resumes it. The dropped
 queue is skipped, not replayed (livekit-agents' own pause does the same): room_segment.py
 keeps the heard text to where the skip began.
 """
@@ -58,6 +59,9 @@ _LINK_EVERY_TICKS = 50
 #: Frames handed over at once when the room output pauses: its byte stream passes audio on in
 #: 50 ms frames, so three of ours surely get one to its forwarder, which then drops the queue.
 ROOM_DROP_FRAMES = 3
+#: While the room output is paused, a frame still goes to the adapter this long after the last:
+#: it ends a burst after 0.8 s without one, and a stalled loop must not make a pause look like that.
+ROOM_PAUSED_KEEPALIVE_S = 0.1
 
 
 class DuplexBackendError(llm.RealtimeError):
@@ -263,6 +267,7 @@ class DuplexAgentSession(llm.DuplexSession):
         await self._ready.wait()
         loop = asyncio.get_running_loop()
         origin, tick = loop.time(), 0
+        handed_at = origin  # when the last frame went to the adapter
         timeline_ms = 0.0  # the model's timeline: 20 ms per frame, across schedule restarts
         while self._path is not None:
             unpaced = self._unpaced_ticks > 0
@@ -282,8 +287,10 @@ class DuplexAgentSession(llm.DuplexSession):
             self._follow_pause()
             tick += 1
             timeline_ms += FRAME_MS
-            if self._room_paused and not unpaced and not self._unpaced_ticks:
+            if self._room_paused and not unpaced and not self._unpaced_ticks \
+                    and loop.time() - handed_at < ROOM_PAUSED_KEEPALIVE_S:
                 continue  # the paused room output has dropped its queue; this would play after the resume
+            handed_at = loop.time()
             # a response holds the gate from its first frame to its last, underruns included
             response = path.playout.current_response_id or (self._frame_response if path.playout.playing else None)
             if self._link.session is None and tick % _LINK_EVERY_TICKS == 0:
