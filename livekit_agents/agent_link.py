@@ -2,8 +2,9 @@
 
 Inside a job it is the job context's session whose current agent's ``duplex_session`` is
 ours; an app that builds sessions outside a job names it with ``DuplexModel.attach``.
-Once found: our edge's clear interrupts it, its room output's ``playback_finished``
-positions become our acks, and an interrupted assistant message is cut to the words
+Once found: our edge's pause and resume pause and resume its audio output, our edge's clear
+interrupts it, its room output's ``playback_finished`` positions (read through
+``playback_progressed``: room_segment.py) become our acks, and an interrupted assistant message is cut to the words
 the caller heard, so the model's history and the session's chat context agree.
 
 Where the heard text goes in (livekit-agents 1.8.9): an interrupted message's text is its
@@ -29,6 +30,8 @@ from livekit.agents import llm
 from livekit.agents.job import get_job_context
 from livekit.agents.voice import agent_session as _agent_session_module
 
+from duplex_agent.livekit_agents.room_segment import RoomSegment
+
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
 
@@ -51,7 +54,8 @@ class AgentSessionLink:
         self._response_of_burst = response_of_burst
         self._on_room_played = on_room_played
         self.session: AgentSession | None = None
-        self._bursts: deque[tuple[str, str]] = deque()  # (message id, response id), in playback order
+        # (message id, response id, the room's view of it), in playback order
+        self._bursts: deque[tuple[str, str, RoomSegment]] = deque()
         self._heard: dict[str, str] = {}  # message id -> what the caller heard of it, once cut
 
     def find(self, explicit: list[AgentSession]) -> AgentSession | None:
@@ -79,27 +83,56 @@ class AgentSessionLink:
         session.current_agent.realtime_llm_session.on("generation_created", self._on_generation_created)
         session.on("conversation_item_added", self._on_item_added)
         if session.output.audio is not None:
+            session.output.audio.on("playback_progressed", self._on_playback_progressed)
             session.output.audio.on("playback_finished", self._on_playback_finished)
 
-    def interrupt(self) -> None:
+    def interrupt(self) -> bool:
+        """``AgentSession.interrupt()``; False where it refused (or no session is found)."""
         if self.session is None:
-            return
+            return False
         try:
             self.session.interrupt()
         except RuntimeError as exc:  # closing, or the speech playing does not allow interruptions
             log.debug("AgentSession.interrupt() refused: %s", exc)
+            return False
+        return True
+
+    def pause_output(self) -> bool:
+        """Pause the session's audio output (our edge paused); False where it cannot pause."""
+        output = self.session.output.audio if self.session is not None else None
+        if output is None or not output.can_pause:
+            return False
+        output.pause()
+        return True
+
+    def resume_output(self) -> None:
+        output = self.session.output.audio if self.session is not None else None
+        if output is not None:
+            output.resume()
+
+    def frame_handed(self, response_id: str, duration_s: float, response_played_ms: float) -> None:
+        """A frame of ``response_id`` went to the adapter inside its burst."""
+        if self._bursts and self._bursts[-1][1] == response_id:
+            self._bursts[-1][2].frame_handed(duration_s, response_played_ms)
 
     def _on_generation_created(self, ev: llm.GenerationCreatedEvent) -> None:
         # the adapter opens a burst while our gate reports the response its frame carries
         response_id = self._response_of_burst()
         if ev.response_id and response_id is not None:
-            self._bursts.append((ev.response_id, response_id))
+            self._bursts.append((ev.response_id, response_id, RoomSegment()))
+
+    def _on_playback_progressed(self, ev: Any) -> None:
+        if self._bursts:  # the room plays its segments in order: the oldest open one
+            self._bursts[0][2].progressed(ev.offset, ev.duration)
 
     def _on_playback_finished(self, ev: Any) -> None:
         if not self._bursts:
             return
-        message_id, response_id = self._bursts.popleft()
-        heard = self._on_room_played(response_id, 1000.0 * ev.playback_position, ev.interrupted)
+        message_id, response_id, segment = self._bursts.popleft()
+        # a stretch the room skipped (its queue dropped at a pause) was not heard: the heard text
+        # ends where it began, as for a cut, though AgentSession takes the reply as played out
+        heard = self._on_room_played(response_id, segment.heard_ms(ev.playback_position),
+                                     ev.interrupted or segment.skipped)
         if heard is not None:
             # read next by the generation that waits for this playout: its message's text
             ev.synchronized_transcript = heard

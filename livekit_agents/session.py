@@ -5,6 +5,15 @@ barge-in). Output is read out of the call path's playout by a drift-free 20 ms c
 each frame stamped with ``start_ms`` on that clock; the gate is open exactly while a
 frame carries a response's audio, and the response's words go out as transcript deltas
 as their sound does, never after a cut.
+
+Our edge's pause (caller sound over the agent) reaches the caller through AgentSession's room
+output, which holds up to 200 ms in its ``AudioSource`` queue. So the pause pauses that output
+too (``session.output.audio.pause()``), and the next few frames go at once: the output drops
+its queue when a frame reaches it paused. While it stays paused only one frame in 100 ms is
+handed over (what it gets plays after the resume, late by the pause; that one keeps the
+adapter from ending the burst); the resume resumes it. The dropped
+queue is skipped, not replayed (livekit-agents' own pause does the same): room_segment.py
+keeps the heard text to where the skip began.
 """
 
 from __future__ import annotations
@@ -47,6 +56,12 @@ MAX_EARLY_INPUT_S = 30.0
 _CUT_KEPT = 64
 #: Ticks between tries to find the AgentSession while none is found yet (once a second).
 _LINK_EVERY_TICKS = 50
+#: Frames handed over at once when the room output pauses: its byte stream passes audio on in
+#: 50 ms frames, so three of ours surely get one to its forwarder, which then drops the queue.
+ROOM_DROP_FRAMES = 3
+#: While the room output is paused, a frame still goes to the adapter this long after the last:
+#: it ends a burst after 0.8 s without one, and a stalled loop must not make a pause look like that.
+ROOM_PAUSED_KEEPALIVE_S = 0.1
 
 
 class DuplexBackendError(llm.RealtimeError):
@@ -111,6 +126,8 @@ class DuplexAgentSession(llm.DuplexSession):
         #: Seconds of caller audio AgentSession has pushed so far (0 until the room's track is read).
         self.caller_audio_s = 0.0
         self._resumes = 0
+        self._room_paused = False  # AgentSession's audio output is paused, following our edge
+        self._unpaced_ticks = 0  # frames still to hand over at once for the paused output to drop its queue
         self._closed_by_us = False
         self._open_task = asyncio.create_task(self._open(), name="duplex-session-open")
 
@@ -192,6 +209,7 @@ class DuplexAgentSession(llm.DuplexSession):
         self.caller_audio_s += frame.duration
         if self._path is not None:
             self._push(self._path, frame)
+            self._follow_pause()  # the edge judges as the frame goes in: pause the room at once
         elif not self._ready.is_set():
             self._early_input.append(frame)
             self._early_input_s += frame.duration
@@ -249,28 +267,39 @@ class DuplexAgentSession(llm.DuplexSession):
         await self._ready.wait()
         loop = asyncio.get_running_loop()
         origin, tick = loop.time(), 0
+        handed_at = origin  # when the last frame went to the adapter
         timeline_ms = 0.0  # the model's timeline: 20 ms per frame, across schedule restarts
         while self._path is not None:
-            delay = origin + tick * FRAME_S - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif delay < -MAX_CLOCK_LAG_S:
-                origin, tick = loop.time(), 0
+            unpaced = self._unpaced_ticks > 0
+            if unpaced:
+                self._unpaced_ticks -= 1
+            else:
+                delay = origin + tick * FRAME_S - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                elif delay < -MAX_CLOCK_LAG_S:
+                    origin, tick = loop.time(), 0
             path = self._path
             if path is None:
                 return
             pcm = path.next_frame()
             self._watch_resumes()
+            self._follow_pause()
+            tick += 1
+            timeline_ms += FRAME_MS
+            if self._room_paused and not unpaced and not self._unpaced_ticks \
+                    and loop.time() - handed_at < ROOM_PAUSED_KEEPALIVE_S:
+                continue  # the paused room output has dropped its queue; this would play after the resume
+            handed_at = loop.time()
             # a response holds the gate from its first frame to its last, underruns included
             response = path.playout.current_response_id or (self._frame_response if path.playout.playing else None)
             if self._link.session is None and tick % _LINK_EVERY_TICKS == 0:
                 self.link_session()
-            for frame in self._frames_for(pcm, response, timeline_ms):
+            for frame in self._frames_for(pcm, response, timeline_ms - FRAME_MS):
                 yield frame
             if response is not None:  # after the adapter has opened the frame's burst
+                self._link.frame_handed(response, FRAME_S, path.playout.played_ms(response))
                 self._emit_heard(response)
-            tick += 1
-            timeline_ms += FRAME_MS
 
     def _frames_for(self, pcm: np.ndarray, response: str | None, start_ms: float) -> list[DuplexAudioFrame]:
         frames: list[DuplexAudioFrame] = []
@@ -318,6 +347,21 @@ class DuplexAgentSession(llm.DuplexSession):
                     self._conversation.room_attached = session.output.audio is not None
         return self._link.session
 
+    def _follow_pause(self) -> None:
+        """AgentSession's audio output pauses and resumes with our edge's playout."""
+        path = self._path
+        paused = path is not None and path.playout.paused
+        if paused == self._room_paused:
+            return
+        if paused:
+            self._room_paused = self._link.pause_output()
+            if self._room_paused:
+                self._unpaced_ticks = ROOM_DROP_FRAMES
+        else:  # resumed, or cleared by a cut AgentSession did not take
+            self._room_paused = False
+            self._unpaced_ticks = 0
+            self._link.resume_output()
+
     def _on_playout_cleared(self) -> None:
         """Our edge (or the model) stopped the agent: nothing more of it is heard or said."""
         if self._frame_response is not None:
@@ -327,8 +371,11 @@ class DuplexAgentSession(llm.DuplexSession):
         self._cut[response_id] = None
         while len(self._cut) > _CUT_KEPT:
             del self._cut[next(iter(self._cut))]
-        if self.link_session() is not None and self._plan.overlap_policy != "listen":
-            self._link.interrupt()
+        if self.link_session() is not None and self._plan.overlap_policy != "listen" and self._link.interrupt():
+            # a paused output stays paused: the interrupt clears it, and AgentSession resumes it
+            # before the next reply's audio (resumed now, it would play what it holds first)
+            self._room_paused = False
+            self._unpaced_ticks = 0
 
     def _room_played(self, response_id: str, played_ms: float, interrupted: bool) -> str | None:
         """The room output finished a burst: ack at its position; for a cut one, the heard text."""

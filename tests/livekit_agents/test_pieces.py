@@ -1,5 +1,5 @@
 """The DuplexModel's pieces, one at a time: heard words, the gate, acks at the room's position,
-the configuration calls, and the AgentSession settings it checks."""
+the room's played stretches, the room output following our pause, the configuration calls, and the AgentSession settings it checks."""
 
 from __future__ import annotations
 
@@ -21,7 +21,13 @@ from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.heard_words import HeardWords
 from duplex_agent.livekit_agents.plugin_options import plugin_settings
 from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
-from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
+from duplex_agent.livekit_agents.room_segment import RoomSegment
+from duplex_agent.livekit_agents.session import (
+    ROOM_DROP_FRAMES,
+    ROOM_PAUSED_KEEPALIVE_S,
+    DuplexAgentSession,
+    SessionPlan,
+)
 
 MARKS = [{"text": "You said:", "start_ms": 0.0, "end_ms": 800.0},
          {"text": "Please book a table tonight.", "start_ms": 800.0, "end_ms": 2800.0}]
@@ -267,3 +273,152 @@ async def test_caller_audio_while_the_session_opens_reaches_the_model_whole_and_
     # what an app reads to know the caller's audio is coming in: all of it, kept or fed
     assert session.caller_audio_s == pytest.approx(pushed_ms / 1000.0)
     await session.aclose()
+
+
+def _segment(frames: list[float]) -> RoomSegment:
+    """A segment of 20 ms frames; ``frames`` is the response's audio each one carried (ms)."""
+    segment, played = RoomSegment(), 0.0
+    for carried in frames:
+        played += carried
+        segment.frame_handed(0.02, played)
+    return segment
+
+
+def test_the_rooms_stretches_map_onto_the_response_through_the_frames_handed_over():
+    # 10 frames of audio, 5 of underrun silence (the gate stays open), 10 more of audio
+    segment = _segment([20.0] * 10 + [0.0] * 5 + [20.0] * 10)
+    segment.progressed(0.0, 0.2)
+    segment.progressed(0.2, 0.16)  # a stretch through the underrun and 60 ms after it
+    assert not segment.skipped
+    assert segment.heard_ms(0.36) == pytest.approx(260.0)  # not 360: the silence carried none of it
+    # a sink that reports no stretch: its position is all there is
+    assert _segment([20.0] * 25).heard_ms(0.3) == pytest.approx(300.0)
+
+
+def test_a_skipped_stretch_ends_what_was_heard_where_it_began():
+    segment = _segment([20.0] * 30)
+    segment.progressed(0.0, 0.25)  # played to 250 ms; then the paused output dropped its queue
+    segment.progressed(0.37, 0.23)  # resumed past the 120 ms it dropped, and played out
+    assert segment.skipped
+    # the room's position says 480 ms played in all; the words heard without a gap end at 250 ms
+    assert segment.heard_ms(0.48) == pytest.approx(250.0)
+
+
+class _PausableOutput(rtc.EventEmitter):
+    """AgentSession's audio output as our edge drives it: what it was told, in order."""
+
+    def __init__(self, calls: list[str]) -> None:
+        super().__init__()
+        self.calls = calls
+        self.can_pause = True
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+async def test_our_pause_pauses_the_room_output_hands_it_what_drops_its_queue_then_little_until_the_resume():
+    from types import SimpleNamespace
+
+    from duplex_agent.webrtc.media.playout import PlayoutQueue
+
+    calls: list[str] = []
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    session: DuplexAgentSession = model.session()
+    output = _PausableOutput(calls)
+    session._link.session = SimpleNamespace(output=SimpleNamespace(audio=output))  # found
+    playout = PlayoutQueue()
+    playout.capture(np.full(48000, 0.1, np.float32), "r1")
+    session._path = SimpleNamespace(playout=playout, next_frame=playout.next_frame)
+    session._ready.set()
+    frames = session.audio_stream
+
+    async def next_frame() -> str:
+        frame = await frames.__anext__()
+        calls.append("frame")
+        return frame
+
+    for _ in range(3):
+        await next_frame()
+    assert playout.pause()
+    session._follow_pause()  # as push_audio does once the edge judged the caller's frame
+    assert calls[-1] == "pause"
+    # the drop frames go at once: the fade-out and silence behind it
+    started = asyncio.get_running_loop().time()
+    for _ in range(ROOM_DROP_FRAMES):
+        await next_frame()
+    assert asyncio.get_running_loop().time() - started < 0.02
+    # then, while paused, only a frame in ROOM_PAUSED_KEEPALIVE_S (they play after the resume,
+    # and keep the adapter's burst open): the 20 ms clock's other frames are held back
+    loop = asyncio.get_running_loop()
+    handed = [loop.time()]
+    for _ in range(2):
+        await next_frame()
+        handed.append(loop.time())
+    assert min(b - a for a, b in zip(handed, handed[1:])) >= ROOM_PAUSED_KEEPALIVE_S - 0.005
+    assert playout.resume()
+    await next_frame()
+    assert calls == ["frame"] * 3 + ["pause"] + ["frame"] * (ROOM_DROP_FRAMES + 2) + ["resume", "frame"]
+    assert playout.played_ms("r1") == pytest.approx(3 * 20.0 + 5.0 + 20.0)  # the fade's 5 ms, nothing skipped
+    session._path = None
+    await session.aclose()
+
+
+async def test_a_cut_leaves_the_paused_room_output_to_the_interrupt_and_a_refused_one_resumes_it():
+    from types import SimpleNamespace
+
+    from duplex_agent.webrtc.media.playout import PlayoutQueue
+
+    for interrupt_taken, expected in ((True, ["pause"]), (False, ["pause", "resume"])):
+        calls: list[str] = []
+        model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+        session: DuplexAgentSession = model.session()
+        session._link.session = SimpleNamespace(output=SimpleNamespace(audio=_PausableOutput(calls)))
+        session._link.interrupt = lambda taken=interrupt_taken: taken
+        playout = PlayoutQueue()
+        playout.capture(np.full(4800, 0.1, np.float32), "r1")
+        playout.next_frame()
+        session._path = SimpleNamespace(playout=playout)
+        session._frame_response = "r1"
+        assert playout.pause()
+        session._follow_pause()
+        playout.clear()  # the barge-in confirmed: the call path clears, then says so
+        session._on_playout_cleared()
+        session._follow_pause()
+        # resumed before the interrupt's clear_buffer lands, it would play the frame it holds
+        assert calls == expected, interrupt_taken
+        session._path = None
+        await session.aclose()
+
+
+async def test_a_reply_the_room_skipped_into_keeps_in_history_only_what_came_before_the_skip():
+    from types import SimpleNamespace
+
+    from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackProgressedEvent
+
+    from duplex_agent.livekit_agents.agent_link import AgentSessionLink
+
+    played: list[tuple[str, float, bool]] = []
+
+    def on_room_played(response_id: str, played_ms: float, cut: bool) -> str | None:
+        played.append((response_id, played_ms, cut))
+        return "You said:" if cut else None
+
+    link = AgentSessionLink(object(), response_of_burst=lambda: "r1", on_room_played=on_room_played)
+    link._on_generation_created(llm.GenerationCreatedEvent(message_stream=None, function_stream=None,
+                                                           user_initiated=False, response_id="m1"))
+    for n in range(30):
+        link.frame_handed("r1", 0.02, 20.0 * (n + 1))
+    # a false pause: the paused output dropped 120 ms of its queue, resumed, and played out
+    link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.0, duration=0.25))
+    link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.37, duration=0.23))
+    finished = PlaybackFinishedEvent(playback_position=0.48, interrupted=False)
+    link._on_playback_finished(finished)
+    assert played == [("r1", pytest.approx(250.0), True)]
+    assert finished.synchronized_transcript == "You said:"
+    # AgentSession took it as played out: the message is cut to the heard words as it is added
+    message = llm.ChatMessage(id="m1", role="assistant", content=["You said: Please book a table tonight."])
+    link._on_item_added(SimpleNamespace(item=message))
+    assert message.text_content == "You said:"
