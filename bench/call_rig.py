@@ -112,6 +112,47 @@ def thread_cpu_ticks(pid: int) -> list[tuple[str, int]]:
     return threads
 
 
+def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
+    """Each live thread of the process by id: its kind (``python``: the process's own name, which
+    Python's threads keep; else the native thread's name, digits dropped), its CPU in clock ticks and
+    its wake-ups (voluntary context switches: each time it blocked and was woken), from /proc."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            own = f.read().strip()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                status = f.read()
+        except OSError:
+            continue  # ended
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        switches = re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M)
+        kind_ = "python" if name == own else re.sub(r"[-_ ]?\d+$", "", name) or name
+        out[int(task)] = (kind_, int(fields[11]) + int(fields[12]), int(switches.group(1)) if switches else 0)
+    return out
+
+
+def thread_kinds_per_call(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
+                          wall: float, calls: int) -> dict[str, tuple[float, float]]:
+    """Per thread kind over a window: % of a core per call and wake-ups per call second (threads
+    that started in the window count from zero; ones that ended in it are not seen)."""
+    ticks_s = os.sysconf("SC_CLK_TCK")
+    out: dict[str, list[float]] = {}
+    for tid, (kind_, ticks, wakeups) in after.items():
+        _, ticks0, wakeups0 = before.get(tid, (kind_, 0, 0))
+        row = out.setdefault(kind_, [0.0, 0.0])
+        row[0] += (ticks - ticks0) / ticks_s
+        row[1] += wakeups - wakeups0
+    per = max(1, calls) * wall
+    return {k: (100.0 * cpu / per, n / per) for k, (cpu, n) in sorted(out.items(), key=lambda kv: -kv[1][0])}
+
+
 def native_thread_cpu_s(pid: int) -> float:
     """CPU seconds of the process's threads that are not Python's: those a native library
     started and named (livekit's FFI: tokio, WebRTC's network, audio and encoder threads).
@@ -273,6 +314,8 @@ class CpuWindow:
         self._end_of_turn = scrape(metrics_port)
         self._trees = {k: tree_cpu_s(pid) for k, pid in pids.items()}
         self._native = native_thread_cpu_s(worker)
+        self._threads = thread_counters(worker)
+        self.threads: dict[str, tuple[float, float]] = {}  # on closing: by thread kind, see thread_kinds_per_call
         self._waited = run_queue_wait_s(worker)
         self._machine, self._t0 = all_cpu_s(), time.perf_counter()
 
@@ -280,6 +323,7 @@ class CpuWindow:
         worker = self.pids["worker"]
         trees = {k: tree_cpu_s(pid) for k, pid in self.pids.items()}
         native = native_thread_cpu_s(worker)
+        threads = thread_counters(worker)
         waited = run_queue_wait_s(worker) - self._waited
         machine = all_cpu_s()
         wall = time.perf_counter() - self._t0
@@ -287,6 +331,7 @@ class CpuWindow:
         if self._end_of_turn is not None and end_of_turn is not None:
             into.end_of_turn_cores = (end_of_turn.end_of_turn_cpu_s - self._end_of_turn.end_of_turn_cpu_s) / wall
         into.native_cores = (native - self._native) / wall
+        self.threads = thread_kinds_per_call(self._threads, threads, wall, into.sessions)
         into.machine_cores = cpu_delta(self._machine, machine) / wall
         into.window_s = wall
         into.loop_waited = waited / wall
@@ -426,6 +471,9 @@ class Rig:
             window = CpuWindow(pids, port)
             await asyncio.sleep(args.window)
             window.close(result)
+            print(f"   ... {path:16} {sessions:2d} calls, worker threads, % core / wake-ups per call second: "
+                  + ", ".join(f"{k} {cpu:.2f}/{n:.0f}" for k, (cpu, n) in window.threads.items() if cpu >= 0.05),
+                  flush=True)
             if spy is not None:
                 result.profile = await finish_profile(spy)
             # Barge-in trials: keep going until this round has its share of interruptions.
