@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -136,6 +137,18 @@ def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
         kind_ = "python" if name == own else re.sub(r"[-_ ]?\d+$", "", name) or name
         out[int(task)] = (kind_, int(fields[11]) + int(fields[12]), int(switches.group(1)) if switches else 0)
     return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """The process's Python threads by id: their Python names, digits dropped (py-spy dump); empty without py-spy."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(tid): "python: " + re.sub(r"[-_]\d+", "", name)
+            for tid, name in re.findall(r'^Thread (\d+) \(.*?\): "(.*)"', dump, re.M)}
 
 
 def thread_kinds_per_call(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
@@ -331,13 +344,15 @@ class CpuWindow:
         if self._end_of_turn is not None and end_of_turn is not None:
             into.end_of_turn_cores = (end_of_turn.end_of_turn_cpu_s - self._end_of_turn.end_of_turn_cpu_s) / wall
         into.native_cores = (native - self._native) / wall
-        self.threads = thread_kinds_per_call(self._threads, threads, wall, into.sessions)
         into.machine_cores = cpu_delta(self._machine, machine) / wall
         into.window_s = wall
         into.loop_waited = waited / wall
         into.worker_cores = cpu_delta(self._trees["worker"], trees["worker"]) / wall
         into.server_cores = cpu_delta(self._trees["server"], trees["server"]) / wall if "server" in self.pids else 0.0
         into.callers_cores = cpu_delta(self._trees["callers"], trees["callers"]) / wall
+        names = python_thread_names(worker)  # after the window: py-spy's look is not in it
+        threads = {tid: (names.get(tid, kind_), ticks, n) for tid, (kind_, ticks, n) in threads.items()}
+        self.threads = thread_kinds_per_call(self._threads, threads, wall, into.sessions)
 
 
 class Rig:
