@@ -53,7 +53,7 @@ log = logging.getLogger("duplex_agent.livekit")
 #: stretched after quiet gaps (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
-CALLER_FRAME_MS = 20
+CALLER_FRAME_MS = 40
 TRANSCRIPTION_TOPIC = "lk.transcription"
 #: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.
 EVENTS_TOPIC = "duplex.events"
