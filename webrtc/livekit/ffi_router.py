@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from livekit import rtc
@@ -218,29 +218,30 @@ class _Inbox:
     """One loop's events, handed over in batches: one wake-up for all that came while it had not run.
 
     A loop woken per event (``call_soon_threadsafe``: a write to its self-pipe, an epoll return, a
-    GIL hand-off) pays that for every caller frame and every capture acknowledgement, 100 a second
-    per speaking call; events that land before the loop has drained the last batch ride along.
+    GIL hand-off) pays that for every caller frame and every capture acknowledgement; events that
+    land before the loop has drained the last batch ride along with it. No lock: ``put`` runs under
+    the SDK's dispatch lock (one at a time), deque appends and pops are atomic, and ``_drain``
+    clears the flag before it empties the deque, so an event is either drained or schedules a drain.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Any, Any]] = []
+        self._pending: deque[tuple[Any, Any, Any]] = deque()
+        self._scheduled = False
         self.wakeups = 0  # batches handed over (for tests and benchmarks)
 
     def put(self, deliver: Any, into: Any, event: Any) -> None:
         """On the SDK's callback thread: ``deliver(into, event)`` on the loop, in arrival order."""
-        with self._lock:
-            self._pending.append((deliver, into, event))
-            if len(self._pending) > 1:  # a drain is already scheduled
-                return
-        self.wakeups += 1
-        self.loop.call_soon_threadsafe(self._drain)
+        self._pending.append((deliver, into, event))
+        if not self._scheduled:
+            self._scheduled = True
+            self.wakeups += 1
+            self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        with self._lock:
-            batch, self._pending = self._pending, []
-        for deliver, into, event in batch:
+        self._scheduled = False
+        while self._pending:
+            deliver, into, event = self._pending.popleft()
             deliver(into, event)
 
 
