@@ -13,11 +13,13 @@ frames go by stream handle, capture acknowledgements by request id, room events 
 handle, RPC invocations by local participant handle, each to the one loop that waits for
 it. Its filter returns False for everything, so the SDK queues nothing for it; the
 streams, sources and rooms it takes over leave the SDK's list of subscribers. They stay
-the SDK's own objects; only how their events reach them changes. This leans on the pinned
-SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._task``,
-``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py
-and tests/livekit/test_room_events.py check; ``webrtc.private_internals`` lists them with the
-version checked.
+the SDK's own objects; only how their events reach them changes. Each loop gets its events
+in batches (``_Inbox``), and the SDK's requests that subscribe with no filter skip what the
+router took. This leans on the pinned SDK's internals (``AudioStream._ffi_queue``,
+``Room._ffi_queue`` and ``Room._task``, ``AudioFrame._proto_info``, the FFI queue's lock and
+``subscribe``), which tests/webrtc/test_livekit_audio.py, tests/livekit/test_room_events.py and
+tests/livekit/test_ffi_router_wakeups.py check; ``webrtc.private_internals`` lists them with
+the version checked.
 """
 
 from __future__ import annotations
