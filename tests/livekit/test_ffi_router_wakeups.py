@@ -20,7 +20,7 @@ def _frame_event(handle: int, n: int) -> ffi_pb2.FfiEvent:
 
 
 class _Stream:
-    """What own_stream reads off an SDK stream, with an unsubscribed queue of its own."""
+    """What own_stream reads off an SDK stream; its queue is subscribed as a stream's is, and own_stream takes it off."""
 
     def __init__(self, handle: int) -> None:
         self._loop = asyncio.get_running_loop()
