@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,6 +111,59 @@ def thread_cpu_ticks(pid: int) -> list[tuple[str, int]]:
         name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
         threads.append((name, int(fields[11]) + int(fields[12])))  # utime + stime
     return threads
+
+
+def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
+    """Each live thread of the process by id: its kind (``python``: the process's own name, which
+    Python's threads keep; else the native thread's name, digits dropped), its CPU in clock ticks and
+    its wake-ups (voluntary context switches: each time it blocked and was woken), from /proc."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            own = f.read().strip()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                status = f.read()
+        except OSError:
+            continue  # ended
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        switches = re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M)
+        kind_ = "python" if name == own else re.sub(r"[-_ ]?\d+$", "", name) or name
+        out[int(task)] = (kind_, int(fields[11]) + int(fields[12]), int(switches.group(1)) if switches else 0)
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """The process's Python threads by id: their Python names, digits dropped (py-spy dump); empty without py-spy."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(tid): "python: " + re.sub(r"[-_]\d+", "", name)
+            for tid, name in re.findall(r'^Thread (\d+) \(.*?\): "(.*)"', dump, re.M)}
+
+
+def thread_kinds_per_call(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
+                          wall: float, calls: int) -> dict[str, tuple[float, float]]:
+    """Per thread kind over a window: % of a core per call and wake-ups per call second (threads
+    that started in the window count from zero; ones that ended in it are not seen)."""
+    ticks_s = os.sysconf("SC_CLK_TCK")
+    out: dict[str, list[float]] = {}
+    for tid, (kind_, ticks, wakeups) in after.items():
+        _, ticks0, wakeups0 = before.get(tid, (kind_, 0, 0))
+        row = out.setdefault(kind_, [0.0, 0.0])
+        row[0] += (ticks - ticks0) / ticks_s
+        row[1] += wakeups - wakeups0
+    per = max(1, calls) * wall
+    return {k: (100.0 * cpu / per, n / per) for k, (cpu, n) in sorted(out.items(), key=lambda kv: -kv[1][0])}
 
 
 def native_thread_cpu_s(pid: int) -> float:
@@ -273,6 +327,8 @@ class CpuWindow:
         self._end_of_turn = scrape(metrics_port)
         self._trees = {k: tree_cpu_s(pid) for k, pid in pids.items()}
         self._native = native_thread_cpu_s(worker)
+        self._threads = thread_counters(worker)
+        self.threads: dict[str, tuple[float, float]] = {}  # on closing: by thread kind, see thread_kinds_per_call
         self._waited = run_queue_wait_s(worker)
         self._machine, self._t0 = all_cpu_s(), time.perf_counter()
 
@@ -280,6 +336,7 @@ class CpuWindow:
         worker = self.pids["worker"]
         trees = {k: tree_cpu_s(pid) for k, pid in self.pids.items()}
         native = native_thread_cpu_s(worker)
+        threads = thread_counters(worker)
         waited = run_queue_wait_s(worker) - self._waited
         machine = all_cpu_s()
         wall = time.perf_counter() - self._t0
@@ -293,6 +350,9 @@ class CpuWindow:
         into.worker_cores = cpu_delta(self._trees["worker"], trees["worker"]) / wall
         into.server_cores = cpu_delta(self._trees["server"], trees["server"]) / wall if "server" in self.pids else 0.0
         into.callers_cores = cpu_delta(self._trees["callers"], trees["callers"]) / wall
+        names = python_thread_names(worker)  # after the window: py-spy's look is not in it
+        threads = {tid: (names.get(tid, kind_), ticks, n) for tid, (kind_, ticks, n) in threads.items()}
+        self.threads = thread_kinds_per_call(self._threads, threads, wall, into.sessions)
 
 
 class Rig:
@@ -426,6 +486,9 @@ class Rig:
             window = CpuWindow(pids, port)
             await asyncio.sleep(args.window)
             window.close(result)
+            print(f"   ... {path:16} {sessions:2d} calls, worker threads, % core / wake-ups per call second: "
+                  + ", ".join(f"{k} {cpu:.2f}/{n:.0f}" for k, (cpu, n) in window.threads.items() if cpu >= 0.05),
+                  flush=True)
             if spy is not None:
                 result.profile = await finish_profile(spy)
             # Barge-in trials: keep going until this round has its share of interruptions.

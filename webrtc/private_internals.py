@@ -7,7 +7,7 @@ Each package family's private uses live in one module, which names its version h
 - aioice, ``webrtc.direct.host_address``: ``aioice.ice.get_host_addresses``, replaced so
   that gathering inside ``candidates_on`` offers one address.
 - livekit (the rtc SDK), ``webrtc.livekit.ffi_router`` and ``webrtc.livekit.ffi_audio``:
-  ``FfiClient`` and its queue's lock, ``livekit.rtc._proto``, ``livekit.rtc._utils.Queue``,
+  ``FfiClient`` and its queue's lock and ``subscribe`` (wrapped: an unfiltered subscriber skips what the router took), ``livekit.rtc._proto``, ``livekit.rtc._utils.Queue``,
   ``AudioStream._ffi_queue``, ``AudioStream._loop``, ``Room._ffi_queue``, ``Room._loop``,
   ``Room._task``, ``Room._room_queue``, ``_ffi_handle`` of streams, sources, rooms and
   participants, ``AudioFrame._proto_info``; at interpreter exit ``FfiClient._instance``,

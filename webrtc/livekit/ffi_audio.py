@@ -16,7 +16,7 @@ from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 
 
 class CallerAudioStream:
-    """The caller's track as 20 ms mono frames at ``sample_rate``, woken only for its own frames."""
+    """The caller's track as ``frame_size_ms`` mono frames at ``sample_rate``, woken only for its own frames."""
 
     def __init__(self, track: rtc.Track, sample_rate: int, *, frame_size_ms: int = 20) -> None:
         self._router = FfiRouter.shared()

@@ -13,11 +13,13 @@ frames go by stream handle, capture acknowledgements by request id, room events 
 handle, RPC invocations by local participant handle, each to the one loop that waits for
 it. Its filter returns False for everything, so the SDK queues nothing for it; the
 streams, sources and rooms it takes over leave the SDK's list of subscribers. They stay
-the SDK's own objects; only how their events reach them changes. This leans on the pinned
-SDK's internals (``AudioStream._ffi_queue``, ``Room._ffi_queue`` and ``Room._task``,
-``AudioFrame._proto_info``, the FFI queue's lock), which tests/webrtc/test_livekit_audio.py
-and tests/livekit/test_room_events.py check; ``webrtc.private_internals`` lists them with the
-version checked.
+the SDK's own objects; only how their events reach them changes. Each loop gets its events
+in batches (``_Inbox``), and the SDK's requests that subscribe with no filter skip what the
+router took. This leans on the pinned SDK's internals (``AudioStream._ffi_queue``,
+``Room._ffi_queue`` and ``Room._task``, ``AudioFrame._proto_info``, the FFI queue's lock and
+``subscribe``), which tests/webrtc/test_livekit_audio.py, tests/livekit/test_room_events.py and
+tests/livekit/test_ffi_router_wakeups.py check; ``webrtc.private_internals`` lists them with
+the version checked.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import logging
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from livekit import rtc
@@ -44,7 +46,7 @@ _EARLY_KEPT = 256
 #: Callbacks a room's local participant awaits through its room's listener (``Room._room_queue``).
 _ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
 
-_Target = tuple[asyncio.AbstractEventLoop, Queue[Any]]
+_Target = tuple["_Inbox", Queue[Any]]
 
 #: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
 CALLBACK_DRAIN_TIMEOUT_S = 2.0
@@ -61,12 +63,27 @@ class FfiRouter:
         self._streams: dict[int, _Target] = {}
         self._rooms: dict[int, _Target] = {}  # by room handle
         self._participants: dict[int, _Target] = {}  # a room's, by its local participant's handle
-        self._captures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
+        self._captures: dict[int, tuple[_Inbox, asyncio.Future[Any]]] = {}
+        self._inboxes: dict[asyncio.AbstractEventLoop, _Inbox] = {}  # one per loop that gets events
         self._early: OrderedDict[int, Any] = OrderedDict()
         self.routed = 0  # events handed to a loop (for tests and benchmarks)
+        #: The last event handed to one of our loops; read by the filter below, on the same thread.
+        self._taken: proto_ffi.FfiEvent | None = None
         # The SDK would use this loop only for events the filter lets through: none.
         self._unused_loop = asyncio.new_event_loop()
-        FfiClient.instance.queue.subscribe(self._unused_loop, filter_fn=self._route)
+        queue = FfiClient.instance.queue
+        queue.subscribe(self._unused_loop, filter_fn=self._route)
+        # The SDK's requests (a room write, a text stream's header, write and close, attributes)
+        # each subscribe with no filter for their round trip, and wait for their own callback by
+        # id: meanwhile every caller frame and acknowledgement of every call in the process woke
+        # that job's loop too, only to be dropped there. They now skip what this router took; it
+        # is subscribed first, so it has seen each event before their filters do.
+        sdk_subscribe = queue.subscribe
+
+        def subscribe(loop: asyncio.AbstractEventLoop | None = None, filter_fn: Any = None) -> Queue[Any]:
+            return sdk_subscribe(loop, filter_fn=filter_fn or self._not_taken)
+
+        queue.subscribe = subscribe
 
     @classmethod
     def shared(cls) -> FfiRouter:
@@ -97,6 +114,7 @@ class FfiRouter:
                     targets = list(self._rooms.values())
                 for target in targets:
                     self._deliver(event, target)
+                self._taken = None  # an SDK request may wait for it too
             elif kind == "capture_audio_frame":
                 async_id = event.capture_audio_frame.async_id
                 with self._lock:
@@ -106,15 +124,20 @@ class FfiRouter:
                         while len(self._early) > _EARLY_KEPT:
                             self._early.popitem(last=False)
                 if waiter is not None:
-                    waiter[0].call_soon_threadsafe(_resolve, waiter[1], event)
+                    waiter[0].put(_resolve, waiter[1], event)
+                    self._taken = event
                     self.routed += 1
         except Exception:  # never let the SDK deliver an event to our unused loop
             log.exception("routing an FFI event failed")
         return False
 
+    def _not_taken(self, event: proto_ffi.FfiEvent) -> bool:
+        return event is not self._taken
+
     def _deliver(self, event: proto_ffi.FfiEvent, target: _Target | None) -> None:
         if target is not None:
-            target[0].call_soon_threadsafe(target[1].put_nowait, event)
+            target[0].put(_put, target[1], event)
+            self._taken = event
             self.routed += 1
 
     # ---- from the calls' loops ----
@@ -131,7 +154,7 @@ class FfiRouter:
             raise RuntimeError("only a connected room's events can be routed")
         room_handle = room._ffi_handle.handle
         participant_handle = room.local_participant._ffi_handle.handle
-        target = (room._loop, room._ffi_queue)
+        target = (self._inbox(room._loop), room._ffi_queue)
         # Under the SDK's dispatch lock, as in own_stream: every event reaches the queue once.
         with FfiClient.instance.queue._lock:
             FfiClient.instance.queue.unsubscribe(room._ffi_queue)
@@ -149,22 +172,19 @@ class FfiRouter:
         """Let ``stream`` receive only its own events, through this router."""
         loop = stream._loop
         queue: Queue[Any] = Queue()
+        inbox = self._inbox(loop)
         old, stream._ffi_queue = stream._ffi_queue, queue
         # Switch over under the SDK's dispatch lock (taken before ours, as its callback thread
         # does): every event then reaches exactly one of the two queues, none is lost or doubled
         # (a frame seen twice would free its native buffer twice).
         with FfiClient.instance.queue._lock:
             FfiClient.instance.queue.unsubscribe(old)
+            # Events the SDK put on the old queue before it was unsubscribed are already
+            # scheduled on this loop; move them over once they have landed, before any routed
+            # since (scheduled here, under the lock, ahead of the first batch for the new queue).
+            loop.call_soon(_move, old, queue)
             with self._lock:
-                self._streams[stream._ffi_handle.handle] = (loop, queue)
-
-        # Events the SDK put on the old queue before it was unsubscribed are already
-        # scheduled on this loop; move them over once they have landed.
-        def move() -> None:
-            while not old.empty():
-                queue.put_nowait(old.get_nowait())
-
-        loop.call_soon(move)
+                self._streams[stream._ffi_handle.handle] = (inbox, queue)
 
     def forget_stream(self, handle: int) -> None:
         with self._lock:
@@ -173,10 +193,11 @@ class FfiRouter:
     def expect_capture(self, async_id: int) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        inbox = self._inbox(loop)
         with self._lock:
             early = self._early.pop(async_id, None)
             if early is None:
-                self._captures[async_id] = (loop, future)
+                self._captures[async_id] = (inbox, future)
         if early is not None:
             future.set_result(early)
         return future
@@ -184,6 +205,55 @@ class FfiRouter:
     def drop_capture(self, async_id: int) -> None:
         with self._lock:
             self._captures.pop(async_id, None)
+
+    def _inbox(self, loop: asyncio.AbstractEventLoop) -> _Inbox:
+        with self._lock:
+            inbox = self._inboxes.get(loop)
+            if inbox is None:
+                for closed in [old for old in self._inboxes if old.is_closed()]:  # a finished job's loop
+                    del self._inboxes[closed]
+                inbox = self._inboxes[loop] = _Inbox(loop)
+            return inbox
+
+
+class _Inbox:
+    """One loop's events, handed over in batches: one wake-up for all that came while it had not run.
+
+    A loop woken per event (``call_soon_threadsafe``: a write to its self-pipe, an epoll return, a
+    GIL hand-off) pays that for every caller frame and every capture acknowledgement; events that
+    land before the loop has drained the last batch ride along with it. No lock: ``put`` runs under
+    the SDK's dispatch lock (one at a time), deque appends and pops are atomic, and ``_drain``
+    clears the flag before it empties the deque, so an event is either drained or schedules a drain.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: deque[tuple[Any, Any, Any]] = deque()
+        self._scheduled = False
+        self.wakeups = 0  # batches handed over (for tests and benchmarks)
+
+    def put(self, deliver: Any, into: Any, event: Any) -> None:
+        """On the SDK's callback thread: ``deliver(into, event)`` on the loop, in arrival order."""
+        self._pending.append((deliver, into, event))
+        if not self._scheduled:
+            self._scheduled = True
+            self.wakeups += 1
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        while self._pending:
+            deliver, into, event = self._pending.popleft()
+            deliver(into, event)
+
+
+def _move(old: Queue[Any], new: Queue[Any]) -> None:
+    while not old.empty():
+        new.put_nowait(old.get_nowait())
+
+
+def _put(queue: Queue[Any], event: Any) -> None:
+    queue.put_nowait(event)
 
 
 def _resolve(future: asyncio.Future[Any], event: Any) -> None:

@@ -52,8 +52,13 @@ log = logging.getLogger("duplex_agent.livekit")
 #: itself while nothing is captured; a stream that stops instead reached the caller late or
 #: stretched after quiet gaps (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
-#: Caller audio in 20 ms frames (the SDK's default is 10 ms: twice the per-frame work).
-CALLER_FRAME_MS = 20
+#: Caller audio in 40 ms frames (the SDK's default is 10 ms). Each frame is an FFI event that
+#: wakes the job's thread, and a wake-up there costs several GIL hand-offs between livekit's
+#: threads and the job's loop: at 20 ms the job loops woke 268-325 times a second per call, at
+#: 40 ms 140-273, and the worker took 0.68-1.01x of the CPU per call (bench.livekit_vs_direct and
+#: bench.livekit_path --control). The price: the first sound of a barge-in waits on average 10 ms
+#: more for its frame to end (heard stop in the same run: no difference at n=15).
+CALLER_FRAME_MS = 40
 TRANSCRIPTION_TOPIC = "lk.transcription"
 #: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.
 EVENTS_TOPIC = "duplex.events"
