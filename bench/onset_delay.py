@@ -9,9 +9,13 @@ counted from its arrival: 0 ms is a pause decided on the frame that holds the on
 ``bench.livekit_echo_agent``). Every 20 ms more is one frame the worker waited beyond them. Also
 printed: when the held speech confirms the barge-in (the cancel), which the offset grid leaves alone.
 
+``--frame-aligned``: each utterance starts on a frame boundary, as the benches' callers say them,
+at the 8 frame phases against the grid (20 ms frames and 32 ms windows meet every 160 ms),
+instead of at random sample offsets, as a live caller's onsets fall.
+
 Prints figures per interruption and over all of them; never passes or fails on time.
 
-Run: python -m bench.onset_delay [--alignments 32]
+Run: python -m bench.onset_delay [--alignments 32] [--frame-aligned]
 """
 
 from __future__ import annotations
@@ -56,9 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.onset_delay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--alignments", type=int, default=32, help="random grid alignments per interruption")
+    parser.add_argument("--frame-aligned", action="store_true",
+                        help="utterances start on frame boundaries, at the 8 frame phases against the grid")
     args = parser.parse_args(argv)
 
-    from bench.livekit_callers import INTERRUPTIONS, SAMPLE_RATE
+    from bench.livekit_callers import FRAME_SAMPLES, INTERRUPTIONS, SAMPLE_RATE
     from devtools.speech import speak
 
     rng = np.random.default_rng(23)
@@ -66,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     print("the pause and the confirm, after the frame holding the caller's onset (0: where the floors stop)")
     for text in INTERRUPTIONS:
         audio = speak(text, SAMPLE_RATE)
-        leads = [int(lead) for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, args.alignments)]
+        if args.frame_aligned:
+            leads = [FRAME_SAMPLES * (10 + phase) for phase in range(8)]
+        else:
+            leads = [int(lead) for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, args.alignments)]
         for offset_grid in (False, True):
             pauses, confirms = zip(*(decisions(audio, lead, offset_grid=offset_grid) for lead in leads))
             totals[offset_grid][0].extend(pauses)
