@@ -18,9 +18,11 @@ the onset then, and after a stall it catches up (under 200 ms) or restarts its s
 sending old audio late. Beside the heard figures: the worker's own barge-in figure from its
 /metrics (the caller's onset reaching the worker -> its first quiet frame out), and its pauses.
 
+``--control CHECKOUT`` adds that checkout's worker (its .venv, its code) to the rounds: an A/B in one run.
+
 Prints ours, the floor and the difference (p50/p95); never passes or fails on time.
 
-Run: python -m bench.direct_heard [--rounds 3] [--seconds 25] [--sessions 1]
+Run: python -m bench.direct_heard [--rounds 3] [--seconds 25] [--sessions 1] [--control ../main]
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from bench.stats import percentile, summary
 
 GOAL_BEYOND_FLOOR_MS = 40.0  # barge-in beyond the floor, p95 (issue 23)
 PATHS = ("worker", "floor")
+CONTROL = "control"  # the --control checkout's worker
 OWN_FIGURE = re.compile(r"barge-in: silent ([\d.]+) ms after the caller's speech onset")
 
 
-def server_command(path: str, port: int, host: str, sessions: int) -> list[str]:
-    if path == "worker":
-        return [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--plugin", "scripted",
+def server_command(path: str, port: int, host: str, sessions: int, control: str = "") -> list[str]:
+    if path in ("worker", CONTROL):
+        python = str(Path(control) / ".venv" / "bin" / "python") if path == CONTROL else sys.executable
+        return [python, "-m", "duplex_agent.agent.app.cli", "serve", "--plugin", "scripted",
                 "--max-sessions", str(max(4, sessions + 2)), "--host", "127.0.0.1", "--port", str(port)]
     return [sys.executable, "-m", "bench.echo_peer", "--port", str(port), "--ice-address", host, "--reply", "tone"]
 
@@ -76,20 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server, alternating")
     parser.add_argument("--seconds", type=float, default=25.0, help="length of one round")
     parser.add_argument("--sessions", type=int, default=1, help="simultaneous callers per round")
+    parser.add_argument("--control", default="", metavar="CHECKOUT",
+                        help="also run that checkout's worker (its .venv), round for round")
     args = parser.parse_args(argv)
+    paths = ("worker", CONTROL, "floor") if args.control else PATHS
 
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
     host = interface_ipv4()  # media needs ICE on a real interface; only this machine's address
-    figures: dict[str, dict[str, list[float]]] = {p: {"heard": [], "turn": [], "worker_own": []} for p in PATHS}
-    counts = {p: {"attempts": 0, "played_out": 0, "no_reply": 0} for p in PATHS}
+    figures: dict[str, dict[str, list[float]]] = {p: {"heard": [], "turn": [], "worker_own": []} for p in paths}
+    counts = {p: {"attempts": 0, "played_out": 0, "no_reply": 0} for p in paths}
     with tempfile.TemporaryDirectory(prefix="direct-heard-") as tmp:
         log_dir = Path(tmp)
         speech = str(log_dir / "speech.npz")
         write_speech(speech)
-        ports = {p: free_port() for p in PATHS}
-        services = {p: Service(p, server_command(p, ports[p], host, args.sessions), log_dir / f"{p}.log")
-                    for p in PATHS}
+        ports = {p: free_port() for p in paths}
+        # A control worker runs its checkout's code: "python -m" imports from its folder first.
+        services = {p: Service(p, server_command(p, ports[p], host, args.sessions, args.control), log_dir / f"{p}.log",
+                               **({"cwd": Path(args.control).resolve()} if p == CONTROL else {}))
+                    for p in paths}
         try:
             for service in services.values():
                 service.start()
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"direct barge-in and turn as heard: {args.rounds} rounds x {args.seconds:g} s per server, "
                   f"{args.sessions} caller(s), alternating", flush=True)
             for index in range(args.rounds):
-                for path in PATHS:
+                for path in paths:
                     before = scrape(ports[path])
                     callers = one_round(ports[path], speech, args.sessions, args.seconds)
                     after = scrape(ports[path])
@@ -108,25 +117,29 @@ def main(argv: list[str] | None = None) -> int:
                     for key in counts[path]:
                         counts[path][key] += sum(int(c.get(key, 0)) for c in callers)
                     line = f"  round {index + 1} {path}: barge-in heard {summary(heard, 'ms', digits=0)}"
-                    if path == "worker" and before and after:
+                    if path != "floor" and before and after:
                         counted = after.barge_ins_since(before).get(float("inf"), 0.0)
                         line += f"; {counted:.0f} barge-ins counted in the worker's /metrics"
                     print(line, flush=True)
         finally:
             for service in services.values():
                 service.stop()
-        # The worker logs its own figure for each barge-in: onset reaching it -> first quiet frame out.
-        figures["worker"]["worker_own"] = [float(m) for m in OWN_FIGURE.findall(
-            services["worker"].log_path.read_text(errors="replace"))]
+        # A worker logs its own figure for each barge-in: onset reaching it -> first quiet frame out.
+        for path in paths[:-1]:
+            figures[path]["worker_own"] = [float(m) for m in OWN_FIGURE.findall(
+                services[path].log_path.read_text(errors="replace"))]
     print()
-    for path in PATHS:
+    for path in paths:
         c = counts[path]
         print(f"{path}: {c['attempts']} interruptions, {c['played_out']} replies played out regardless, "
               f"{c['no_reply']} questions unanswered")
     compare("barge-in as the caller hears it", figures["worker"]["heard"], figures["floor"]["heard"])
     compare("turn latency as the caller hears it", figures["worker"]["turn"], figures["floor"]["turn"])
-    print("the worker's own barge-in figure (the onset reaching it -> its first quiet frame out): "
-          f"{summary(figures['worker']['worker_own'], 'ms', digits=0)}")
+    if args.control:
+        compare("the control's barge-in as the caller hears it", figures[CONTROL]["heard"], figures["floor"]["heard"])
+    for path in paths[:-1]:
+        print(f"the {path}'s own barge-in figure (the onset reaching it -> its first quiet frame out): "
+              f"{summary(figures[path]['worker_own'], 'ms', digits=0)}")
     beyond = percentile(figures["worker"]["heard"], 95) - percentile(figures["floor"]["heard"], 95)
     print(f"barge-in beyond the floor p95: {beyond:.0f} ms (goal <= {GOAL_BEYOND_FLOOR_MS:.0f} ms)")
     return 0

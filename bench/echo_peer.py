@@ -6,12 +6,13 @@ No model, no resampling, no VAD: what a call costs aiortc as shipped (its decode
 thread, its Opus encoder, SRTP, ICE). Run as its own process by ``bench.call_rig``.
 
 ``--reply tone``: the floor of barge-in and turn latency as the caller hears them
-(``bench.direct_heard``). Each caller's audio arrives through aiortc's receiver as shipped;
-once the caller has been quiet for ``--end-silence-ms`` after speaking (the worker's own
+(``bench.direct_heard``). Each caller's audio arrives through the worker's own receive path
+(``AdaptiveCallerAudioReader``, the default ``receive_buffer``: aiortc's jitter buffer holds each
+packet until 4 newer ones came, ~80 ms the worker does not have); once the caller has been quiet for ``--end-silence-ms`` after speaking (the worker's own
 end-of-turn silence), the peer answers with a 1 s tone, and the first 20 ms frame of the
 caller's that holds sound (a 5 ms block over -40 dBFS) while the tone plays stops it: the
 next frame sent is silence. It sends through the worker's own track (``PlayoutTrack``), so
-what differs from the worker is the reaction alone.
+what differs from the worker, both ways, is the reaction alone.
 
 Run: python -m bench.echo_peer --port 8090 [--ice-address A.B.C.D] [--reply tone]
 """
@@ -26,10 +27,10 @@ import uuid
 import numpy as np
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError
 
+from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.host_address import candidates_on, interface_ipv4
-from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
+from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
 PEERS = web.AppKey("peers", dict)
 LISTENERS = web.AppKey("listeners", dict)
@@ -76,19 +77,12 @@ class ToneReply:
         return frame
 
 
-def answer_with_tone(pc: RTCPeerConnection, track, end_silence_ms: float) -> asyncio.Task[None]:  # noqa: ANN001
-    """Sends the tone reply on ``pc``; the returned task hears ``track`` until the call ends."""
+def answer_with_tone(pc: RTCPeerConnection, track, end_silence_ms: float, pc_id: str) -> AdaptiveCallerAudioReader:  # noqa: ANN001
+    """Sends the tone reply on ``pc``; the returned reader hears ``track`` until the call ends."""
     reply = ToneReply(end_silence_ms)
     pc.addTrack(PlayoutTrack(reply.next_frame))
-
-    async def listen() -> None:
-        try:
-            while True:
-                reply.hear(frame_to_mono_f32(await track.recv()))
-        except MediaStreamError:
-            pass
-
-    return asyncio.create_task(listen())
+    receiver = next(t.receiver for t in pc.getTransceivers() if t.receiver.track is track)
+    return AdaptiveCallerAudioReader(receiver, lambda samples, rate: reply.hear(samples), call_id=pc_id)
 
 
 async def offer(request: web.Request) -> web.Response:
@@ -103,7 +97,7 @@ async def offer(request: web.Request) -> web.Response:
         if track.kind != "audio":
             return
         if request.app[REPLY] == "tone":
-            request.app[LISTENERS][pc_id] = answer_with_tone(pc, track, request.app[END_SILENCE_MS])
+            request.app[LISTENERS][pc_id] = answer_with_tone(pc, track, request.app[END_SILENCE_MS], pc_id)
         else:
             pc.addTrack(track)
 
@@ -112,7 +106,9 @@ async def offer(request: web.Request) -> web.Response:
         if pc.connectionState in ("failed", "closed"):
             peers.pop(pc_id, None)
             await pc.close()
-            request.app[LISTENERS].pop(pc_id, None)  # it ends with the call's track
+            reader = request.app[LISTENERS].pop(pc_id, None)
+            if reader is not None:
+                await reader.close()
 
     await pc.setRemoteDescription(RTCSessionDescription(sdp=params["sdp"], type=params["type"]))
     with candidates_on(request.app[ICE_ADDRESS]):

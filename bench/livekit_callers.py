@@ -129,6 +129,18 @@ class Mic:
         return frame
 
 
+def quiet_tail_ms(samples: np.ndarray, rate: int = SAMPLE_RATE) -> float:
+    """How long the end of ``samples`` is quiet, in whole 5 ms blocks under QUIET_RMS."""
+    block = rate // 200
+    audio = samples.astype(np.float32)
+    quiet = 0
+    for end in range(audio.size, block - 1, -block):
+        if float(np.sqrt(np.mean(audio[end - block : end] ** 2))) >= QUIET_RMS:
+            break
+        quiet += 1
+    return 1000.0 * quiet * block / rate
+
+
 class Ear:
     """The agent's audio as the caller receives it: loud time heard, the current quiet run."""
 
@@ -160,8 +172,11 @@ class Ear:
                 self.quiet_since = now
             self.quiet_run_ms += ms
         else:
-            self.quiet_run_ms = 0.0
-            self.quiet_since = None
+            # A frame that goes quiet within it (a 5 ms fade-out, then silence) is quiet from there:
+            # counted from the next frame, a stop would be heard up to a frame late.
+            tail_ms = quiet_tail_ms(samples)
+            self.quiet_run_ms = tail_ms
+            self.quiet_since = now + (ms - tail_ms) / 1000.0 if tail_ms else None
 
 
 async def until(condition: Callable[[], bool], timeout: float, stop: asyncio.Event) -> bool:

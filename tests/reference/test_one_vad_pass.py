@@ -61,7 +61,9 @@ class WithoutSharing(Conversation):
 
 
 async def speech_events(audio: np.ndarray, share: bool) -> tuple[list[tuple[str, float]], int, int]:
-    """(VAD events of the session, windows scored, windows of input) for one call."""
+    """(VAD events of the session, windows scored on the input's grid, windows of input) for one call.
+    The edge's offset grid, which scores the caller only while the agent's reply plays (onset.py),
+    for its pauses alone, is left out."""
     vad = CountingVad()
     plugin = ScriptedPlugin(as_float32_audio, Script(reply="ok"))
     backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=1, vad_model=vad)
@@ -89,7 +91,8 @@ async def speech_events(audio: np.ndarray, share: bool) -> tuple[list[tuple[str,
     finally:
         await path.close()
         await backend.close()
-    return seen, vad.windows, audio.size * 16000 // RATE // 512
+    grid_windows = vad.windows - path._onset.half_step_windows_scored
+    return seen, grid_windows, audio.size * 16000 // RATE // 512
 
 
 VOICES = [

@@ -69,3 +69,35 @@ def test_release_forgets_the_pause_but_not_the_candidate():
     assert not gate.paused
     assert feed(gate, [QUIET]) == [None]  # no resume: nothing is paused; and no false pause counted
     assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH]) == [Verdict.PAUSE, None, None, Verdict.CONFIRM]
+
+
+def half_step(gate: BargeInGate, probability: float, *, playing: bool = True, reply: str = "r1",
+              at: float = 0.0) -> Verdict | None:
+    return gate.push(probability, at=at, agent_playing=playing, reply=reply, half_step=True)
+
+
+def test_an_offset_grid_window_pauses_sooner_and_the_main_windows_alone_count_the_speech():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    assert half_step(gate, QUIET) is None
+    assert half_step(gate, SPEECH, at=2.016) is Verdict.PAUSE
+    assert gate.paused and gate.onset_at == 2.016
+    assert half_step(gate, SPEECH) is None  # no more: the candidate is the main grid's to grow
+    # 4 main windows over the threshold, as the session's VAD counts them, confirm it; none sooner
+    assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH]) == [None, None, None, Verdict.CONFIRM]
+
+
+def test_an_offset_grid_pause_the_main_window_drops_resumes_and_counts_as_a_false_pause():
+    gate = BargeInGate(BargeInRules(max_false_pauses=1))
+    assert half_step(gate, SPEECH) is Verdict.PAUSE
+    assert feed(gate, [HOVER, QUIET]) == [None, Verdict.RESUME]
+    # the bound holds for offset windows too: no pause, and the withheld onset is counted once, by the main grid
+    assert half_step(gate, SPEECH) is None
+    assert feed(gate, [SPEECH]) == [Verdict.WITHHELD]
+
+
+def test_an_offset_grid_window_never_pauses_when_the_main_grid_would_not():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0, silence_ms=96.0))
+    assert half_step(gate, SPEECH, playing=False) is None  # no agent audio: nothing to pause
+    assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH], playing=False) == [None] * 4  # the caller's own speech
+    assert half_step(gate, SPEECH) is None  # the agent plays now, over the caller's held speech
+    assert half_step(BargeInGate(BargeInRules(pause=False)), SPEECH) is None

@@ -66,7 +66,9 @@ async def test_a_short_sound_pauses_the_reply_and_it_resumes_with_nothing_skippe
     await reply(conversation, path, 1000)
     heard = paced(path, [QUIET] * 5 + BURST)
     assert path.playout.paused and path.pauses == 1
-    assert heard[-1].any() and not heard[-1][-600:].any()  # the frame after the first window faded out
+    # The frame after the first window over the threshold faded out: the offset grid's, ending 12 ms
+    # into the burst, so the agent's frame answering the burst's first frame; the next one is silence.
+    assert heard[-2].any() and not heard[-2][-600:].any() and not heard[-1].any()
     heard += paced(path, [QUIET] * 6)
     assert not path.playout.paused and path.false_pauses == 1
     heard += until_played(path)
@@ -92,8 +94,9 @@ async def test_held_speech_cancels_and_the_barge_in_is_timed_from_the_pause():
     paced(path, SPEECH[2:])
     cancel = conversation.sent_of(ResponseCancel)[0]
     assert (cancel.response_id, cancel.reason) == ("r1", "barge_in")
-    # acked at what was played: 6 full frames and the pause's 5 ms fade-out
-    assert conversation.sent_of(PlaybackAck)[0].played_ms == pytest.approx(6 * 20.0 + 5.0)
+    # acked at what was played: 5 full frames and the pause's 5 ms fade-out, in the frame answering the
+    # speech's first (the offset grid's window over the threshold ends 12 ms into it)
+    assert conversation.sent_of(PlaybackAck)[0].played_ms == pytest.approx(5 * 20.0 + 5.0)
     assert path.barge_ins == 1 and counter("duplex_barge_ins_confirmed") == confirmed + 1
     assert path.figures.last("barge_in_ms") is not None  # onset -> the pause's fade-out frame
     assert not paced(path, [QUIET])[0].any()

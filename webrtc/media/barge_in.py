@@ -6,6 +6,9 @@ release threshold, minimum speech): the candidate holds once its windows over th
 threshold reach the minimum speech (a barge-in: the call path cancels), and is dropped at
 the first window below the release threshold (a cough, a knock, a short "mm-hm": the call
 path resumes, nothing skipped). Windows in between neither add nor drop, as in ``VadStream``.
+Windows of the onset detector's offset grid (``half_step``, 16 ms after each main one) only
+pause sooner: over the threshold they start a candidate while the agent plays, with no speech
+counted; the main grid's windows alone grow, drop and confirm it, as the session's VAD sees them.
 A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
@@ -69,12 +72,15 @@ class BargeInGate:
         self._reply: str | None = None
         self._false_pauses = 0  # in _reply
 
-    def push(self, probability: float, *, at: float, agent_playing: bool, reply: str | None) -> Verdict | None:
+    def push(self, probability: float, *, at: float, agent_playing: bool, reply: str | None,
+             half_step: bool = False) -> Verdict | None:
         """One window: its speech probability, when it arrived, whether the agent's audio plays
-        (and barge-in applies), and the reply being heard."""
+        (and barge-in applies), the reply being heard, and whether it is an offset grid's window."""
         rules = self.rules
         if reply != self._reply and reply is not None:
             self._reply, self._false_pauses = reply, 0
+        if half_step:
+            return self._early_pause(probability, at, agent_playing)
         if self._speech_silence_ms is not None:  # the caller is talking: nothing starts until they stop
             self._speech_silence_ms = 0.0 if probability >= rules.release_threshold else (
                 self._speech_silence_ms + rules.window_ms)
@@ -106,6 +112,18 @@ class BargeInGate:
         if self.paused and self._candidate_age_ms >= rules.max_pause_ms:
             return self._false_pause()
         return None
+
+    def _early_pause(self, probability: float, at: float, agent_playing: bool) -> Verdict | None:
+        """An offset grid's window: a pause, at most, where the next main window would make one."""
+        rules = self.rules
+        if (self._speech_silence_ms is not None or self._candidate_ms is not None or probability < rules.threshold
+                or not agent_playing or not rules.pause or self._false_pauses >= rules.max_false_pauses):
+            return None  # the main grid's windows judge these as before (and count a withheld onset once)
+        self._candidate_ms = self._candidate_age_ms = 0.0
+        self._over_agent = True
+        self.onset_at = at
+        self.paused = True
+        return Verdict.PAUSE
 
     def release(self) -> None:
         """The playout was cleared or stopped being ours to pause: forget the pause (not the speech)."""

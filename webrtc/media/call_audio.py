@@ -4,7 +4,7 @@ Transport-neutral: the aiortc peer and the LiveKit room both feed caller frames
 in with ``push_caller_frame`` and pull paced 20 ms frames out with ``next_frame``.
 
 Caller side: resample to the model's input rate and append; score each 32 ms VAD
-window at the edge, and on caller sound over agent audio (overlap policy "barge_in")
+window at the edge (while the agent speaks on two grids, a window ending every 16 ms: onset.py), and on caller sound over agent audio (overlap policy "barge_in")
 pause the playout at the first window over the threshold, then, once the speech holds
 (the minimum speech), clear it, cancel the response and acknowledge what was heard, or,
 if it does not hold, resume where it paused (barge_in.py says which).
@@ -219,8 +219,9 @@ class CallAudioPath:
             return
         arrived_at = time.perf_counter()
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        for window in self._onset.push(samples, sample_rate, arrived_at):
-            self._judge(window.probability, window.arrived_at)
+        pausable = self.gate.rules.pause and self._barges_in() and self._mid_reply()
+        for window in self._onset.push(samples, sample_rate, arrived_at, half_step=pausable):
+            self._judge(window.probability, window.arrived_at, half_step=window.half_step)
 
         if self._input_resampler is None or self._input_resampler.in_rate != sample_rate:
             self._input_resampler = StreamingResampler(sample_rate, self._caps.input_sample_rate, quality=RESAMPLE_QUALITY)
@@ -261,11 +262,11 @@ class CallAudioPath:
         )
         return rules if self._onset is None else dataclasses.replace(rules, window_ms=self._onset.window_ms)
 
-    def _judge(self, probability: float, window_at: float) -> None:
+    def _judge(self, probability: float, window_at: float, *, half_step: bool) -> None:
         """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""
         playing = self._barges_in() and self._mid_reply()
         verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
-                                 reply=self.playout.current_response_id)
+                                 reply=self.playout.current_response_id, half_step=half_step)
         if verdict is Verdict.PAUSE:
             if self.output.pause():
                 self.pauses += 1

@@ -1,0 +1,93 @@
+"""The onset stage of barge-in alone: how long after the frame holding the caller's first sound the
+edge decides to pause, with the onset detector's offset grid and without it (one grid, as before).
+
+No network and no clock: the benches' own interruptions (Piper speech, ``bench.livekit_callers``)
+go through the real onset detector (Silero, 20 ms frames at 48 kHz) and the real barge-in gate,
+at random alignments against the VAD's window grid, over an agent that is speaking. A frame is
+counted from its arrival: 0 ms is a pause decided on the frame that holds the onset (the -40 dBFS
+5 ms block the callers stamp), which is where the bare echo peers stop (``bench.echo_peer``,
+``bench.livekit_echo_agent``). Every 20 ms more is one frame the worker waited beyond them. Also
+printed: when the held speech confirms the barge-in (the cancel), which the offset grid leaves alone.
+
+``--frame-aligned``: each utterance starts on a frame boundary, as the benches' callers say them,
+at the 8 frame phases against the grid (20 ms frames and 32 ms windows meet every 160 ms),
+instead of at random sample offsets, as a live caller's onsets fall.
+
+Prints figures per interruption and over all of them; never passes or fails on time.
+
+Run: python -m bench.onset_delay [--alignments 32] [--frame-aligned]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from bench.stats import percentile
+
+
+def decisions(audio: np.ndarray, lead: int, *, offset_grid: bool) -> tuple[int, int]:
+    """(frames after the onset frame to the pause, to the confirm) for ``audio`` after ``lead`` samples of silence."""
+    from bench.livekit_callers import FRAME_SAMPLES, SAMPLE_RATE, acoustic_onset
+    from duplex_agent.agent.models.vad import SileroVadModel
+    from duplex_agent.webrtc.media.barge_in import BargeInGate, Verdict
+    from duplex_agent.webrtc.media.onset import CallerOnsetDetector
+
+    signal = np.concatenate([np.zeros(lead, np.float32), audio])
+    onset_frame = (lead + acoustic_onset(audio)) // FRAME_SAMPLES
+    detector, gate = CallerOnsetDetector(SileroVadModel.shared()), BargeInGate()
+    paused: int | None = None
+    for k in range(signal.size // FRAME_SAMPLES):
+        frame = signal[k * FRAME_SAMPLES : (k + 1) * FRAME_SAMPLES]
+        for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=offset_grid):
+            verdict = gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
+                                half_step=window.half_step)
+            if verdict is Verdict.PAUSE and paused is None:
+                paused = k
+            if verdict is Verdict.CONFIRM:
+                return (paused if paused is not None else k) - onset_frame, k - onset_frame
+    raise RuntimeError("the interruption never confirmed")
+
+
+def line(name: str, frames: list[int]) -> str:
+    ms = [20.0 * f for f in frames]
+    return f"{name} p50 {percentile(ms, 50):3.0f} p95 {percentile(ms, 95):3.0f} mean {float(np.mean(ms)):5.1f} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.onset_delay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--alignments", type=int, default=32, help="random grid alignments per interruption")
+    parser.add_argument("--frame-aligned", action="store_true",
+                        help="utterances start on frame boundaries, at the 8 frame phases against the grid")
+    args = parser.parse_args(argv)
+
+    from bench.livekit_callers import FRAME_SAMPLES, INTERRUPTIONS, SAMPLE_RATE
+    from devtools.speech import speak
+
+    rng = np.random.default_rng(23)
+    totals: dict[bool, tuple[list[int], list[int]]] = {False: ([], []), True: ([], [])}
+    print("the pause and the confirm, after the frame holding the caller's onset (0: where the floors stop)")
+    for text in INTERRUPTIONS:
+        audio = speak(text, SAMPLE_RATE)
+        if args.frame_aligned:
+            leads = [FRAME_SAMPLES * (10 + phase) for phase in range(8)]
+        else:
+            leads = [int(lead) for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, args.alignments)]
+        for offset_grid in (False, True):
+            pauses, confirms = zip(*(decisions(audio, lead, offset_grid=offset_grid) for lead in leads))
+            totals[offset_grid][0].extend(pauses)
+            totals[offset_grid][1].extend(confirms)
+            grids = "two grids" if offset_grid else "one grid "
+            print(f"  {text!r:20} {grids}: {line('pause', list(pauses))}; {line('confirm', list(confirms))}")
+    for offset_grid in (False, True):
+        grids = "two grids" if offset_grid else "one grid "
+        pauses, confirms = totals[offset_grid]
+        print(f"all ({len(pauses)}) {grids}: {line('pause', pauses)}; {line('confirm', confirms)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
