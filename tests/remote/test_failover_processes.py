@@ -89,13 +89,19 @@ async def front_of(serves, *backends: str, extra: tuple[str, ...] = ()) -> Serve
                         *extra).ready()
 
 
-async def call_on_two_serves(serves, clients, tmp_path):
-    """Two serve backends listed in a file (so a SIGHUP can add more), a front on it, a caller open."""
+async def two_serves_listed(serves, tmp_path, listed: int = 2):
+    """Two serve backends, and a backend file (a comment line on top) listing the first ``listed``."""
     a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
     await a.ready()
     await b.ready()
-    listed = tmp_path / "backends"
-    listed.write_text(f"{a.realtime_url}\n{b.realtime_url}\n")
+    path = tmp_path / "backends"
+    path.write_text("# the GPU hosts\n" + "".join(f"{s.realtime_url}\n" for s in (a, b)[:listed]))
+    return a, b, path
+
+
+async def call_on_two_serves(serves, clients, tmp_path):
+    """Two serve backends listed in a file (so a SIGHUP can add more), a front on it, a caller open."""
+    a, b, listed = await two_serves_listed(serves, tmp_path)
     front = await front_of(serves, f"@{listed}")
     caller = clients(front.realtime_url)
     await caller.open(MANUAL)
@@ -302,11 +308,7 @@ async def test_with_every_backend_full_a_new_call_is_refused_before_it_is_answer
 async def test_a_backend_file_is_re_read_on_sighup(serves, clients, tmp_path):
     import signal
 
-    a, b = serves(*BACKEND_ARGS), serves(*BACKEND_ARGS)
-    await a.ready()
-    await b.ready()
-    listed = tmp_path / "backends"
-    listed.write_text(f"# the GPU hosts\n{a.realtime_url}\n")
+    a, b, listed = await two_serves_listed(serves, tmp_path, listed=1)
     front = await front_of(serves, f"@{listed}")
     b_label = b.realtime_url.split("?")[0]
     assert b_label not in await front.metrics()
