@@ -108,9 +108,14 @@ def thread_cpu_ticks(pid: int) -> list[tuple[str, int]]:
                 stat = f.read()
         except OSError:
             continue  # ended
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        threads.append((name, int(fields[11]) + int(fields[12])))  # utime + stime
+        threads.append(_name_and_ticks(stat))
     return threads
+
+
+def _name_and_ticks(stat: str) -> tuple[str, int]:
+    """A thread's name and its user + system CPU in clock ticks, from its /proc stat line."""
+    name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+    return name, int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
@@ -132,10 +137,10 @@ def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
                 status = f.read()
         except OSError:
             continue  # ended
-        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        name, ticks = _name_and_ticks(stat)
         switches = re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M)
         kind_ = "python" if name == own else re.sub(r"[-_ ]?\d+$", "", name) or name
-        out[int(task)] = (kind_, int(fields[11]) + int(fields[12]), int(switches.group(1)) if switches else 0)
+        out[int(task)] = (kind_, ticks, int(switches.group(1)) if switches else 0)
     return out
 
 

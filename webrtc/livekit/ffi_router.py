@@ -124,9 +124,7 @@ class FfiRouter:
                         while len(self._early) > _EARLY_KEPT:
                             self._early.popitem(last=False)
                 if waiter is not None:
-                    waiter[0].put(_resolve, waiter[1], event)
-                    self._taken = event
-                    self.routed += 1
+                    self._hand(waiter[0], _resolve, waiter[1], event)
         except Exception:  # never let the SDK deliver an event to our unused loop
             log.exception("routing an FFI event failed")
         return False
@@ -136,9 +134,13 @@ class FfiRouter:
 
     def _deliver(self, event: proto_ffi.FfiEvent, target: _Target | None) -> None:
         if target is not None:
-            target[0].put(_put, target[1], event)
-            self._taken = event
-            self.routed += 1
+            self._hand(target[0], _put, target[1], event)
+
+    def _hand(self, inbox: _Inbox, deliver: Any, into: Any, event: proto_ffi.FfiEvent) -> None:
+        """``deliver(into, event)`` on ``inbox``'s loop; the SDK's unfiltered requests skip it."""
+        inbox.put(deliver, into, event)
+        self._taken = event
+        self.routed += 1
 
     # ---- from the calls' loops ----
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from duplex_agent.agent.models.vad import VAD_RATE, WINDOW_SAMPLES
+
 #: Pauses a reply may have for sounds that did not hold, before onsets stop pausing it.
 MAX_FALSE_PAUSES = 3
 #: The longest an unconfirmed pause holds the agent: a false pause is heard as at most this.
@@ -52,7 +54,7 @@ class BargeInRules:
     release_threshold: float = 0.35  # under it the candidate is dropped (release_threshold(threshold))
     min_speech_ms: float = 100.0  # the candidate's speech that makes a barge-in
     silence_ms: float = 300.0  # caller silence that ends their speech over the agent (a new onset may follow); the gate's own
-    window_ms: float = 32.0  # the onset detector's window
+    window_ms: float = 1000.0 * WINDOW_SAMPLES / VAD_RATE  # the onset detector's window (32 ms)
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES
     max_pause_ms: float = MAX_PAUSE_MS

@@ -17,7 +17,6 @@ call_figures.py from the frames that go out.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -172,7 +171,6 @@ class CallAudioPath:
         if self._vad_model is None:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model)
-        self.gate.rules = self._barge_in_rules()  # over the detector's windows
         self._conversation.use_caller_vad(self._onset.scores)  # an in-process session's turn detection
         self._conversation.send(
             SessionUpdate(
@@ -254,13 +252,12 @@ class CallAudioPath:
         except VadSettingsError:  # the session refuses it with a typed error; keep the defaults here
             vad = VadSettings()
         min_speech = self._barge_in_min_speech_ms
-        rules = BargeInRules(
+        return BargeInRules(
             threshold=vad.threshold,
             release_threshold=release_threshold(vad.threshold),
             min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
             pause=self._pause_on_onset,
         )
-        return rules if self._onset is None else dataclasses.replace(rules, window_ms=self._onset.window_ms)
 
     def _judge(self, probability: float, window_at: float, *, half_step: bool) -> None:
         """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""

@@ -63,25 +63,25 @@ class CallerOnsetDetector:
         windows = self._scored(self._vad, resampled, 0, arrived_at)
         if not half_step:
             self._half_step_vad = None
-        elif self._half_step_vad is not None:
-            windows += self._scored(self._half_step_vad, resampled, self._half_step_origin, arrived_at)
-        else:
+        elif self._half_step_vad is None:
             skip = (WINDOW_SAMPLES // 2 - self._fed) % WINDOW_SAMPLES  # to the offset grid's next window start
             if skip < resampled.size:
                 self._half_step_vad = VadStream(self._model, sample_rate=VAD_RATE)
                 self._half_step_origin = self._fed + skip
-                windows += self._scored(self._half_step_vad, resampled[skip:], self._half_step_origin, arrived_at)
+        if self._half_step_vad is not None:  # from where it began, if that is in this push
+            start = max(0, self._half_step_origin - self._fed)
+            windows += self._scored(self._half_step_vad, resampled[start:], self._half_step_origin, arrived_at)
         self._fed += resampled.size
         return sorted(windows, key=lambda w: w.end_ms)
 
     def _scored(self, vad: VadStream, samples: np.ndarray, origin: int, arrived_at: float) -> list[ScoredWindow]:
         """``vad``'s new windows; ``origin``: where its stream began on the input timeline."""
+        half_step = vad is not self._vad
         scored_before = vad.windows_scored
         vad.push(samples)
-        if vad is not self._vad:
+        if half_step:
             self.half_step_windows_scored += vad.windows_scored - scored_before
         first_ms = 1000.0 * origin / VAD_RATE + vad.position_ms - self.window_ms * len(vad.probabilities)
-        half_step = vad is not self._vad
         return [ScoredWindow(p, self.arrivals.arrival_of(first_ms + i * self.window_ms) or arrived_at,
                              first_ms + (i + 1) * self.window_ms, half_step)
                 for i, p in enumerate(vad.probabilities)]
