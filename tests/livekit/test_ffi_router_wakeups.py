@@ -55,7 +55,7 @@ async def test_a_capture_acknowledgement_and_a_frame_for_one_loop_share_its_inbo
     ack = ffi_pb2.FfiEvent()
     ack.capture_audio_frame.async_id = 880002
     await asyncio.to_thread(lambda: (router._route(_frame_event(770002, 1)), router._route(ack)))
-    assert (await asyncio.wait_for(waiting, 5)).capture_audio_frame.async_id == 880002
+    assert (await asyncio.wait_for(waiting, 5)).event.capture_audio_frame.async_id == 880002
     frame = await asyncio.wait_for(stream._ffi_queue.get(), 5)
     assert frame.audio_stream_event.frame_received.frame.handle.id == 1
     router.drop_capture(880002)

@@ -68,4 +68,91 @@ async def test_the_router_delivers_nothing_through_the_sdk_queue():
     early.capture_audio_frame.async_id = 424242  # an acknowledgement before its request returned
     assert router._route(early) is False
     done = await asyncio.wait_for(router.expect_capture(424242), 1)
-    assert done.capture_audio_frame.async_id == 424242
+    assert done.event.capture_audio_frame.async_id == 424242
+
+
+# ---- a pause through the real native source: its queue's audio goes back to the playout ----
+
+CODE_BASE, CODE_SPAN = 1000, 16000  # sample i of the reply is int16 CODE_BASE + i % CODE_SPAN
+
+
+def _coded_reply(samples: int) -> np.ndarray:
+    return ((CODE_BASE + np.arange(samples) % CODE_SPAN) / 32767.0).astype(np.float32)
+
+
+def _full_indices(heard: np.ndarray) -> list[int]:
+    """Reply sample indices heard at full level, in order: a sample counts when it is the code
+    that follows its neighbour's (fades and silence are not), placed nearest the one before."""
+    codes = heard.astype(np.int64) - CODE_BASE
+    follows = (np.diff(codes) % CODE_SPAN == 1) & (codes[1:] >= 0) & (codes[:-1] >= 0)
+    full = np.zeros(codes.size, bool)
+    full[1:] |= follows
+    full[:-1] |= follows
+    indices: list[int] = []
+    for code in codes[full]:
+        if not indices:
+            indices.append(int(code))
+            continue
+        step = (int(code) - indices[-1] - 1 + CODE_SPAN // 2) % CODE_SPAN - CODE_SPAN // 2
+        indices.append(indices[-1] + 1 + step)
+    return indices
+
+
+async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with_nothing_skipped_or_doubled():
+    from duplex_agent.webrtc.media.playout import FADE_SAMPLES, PlaybackFinished, PlayoutQueue
+
+    reply = 48000  # 1 s
+    pause_after_frames = 20
+    playout = PlayoutQueue()
+    playout.capture(_coded_reply(reply), "r1")
+    playout.flush("r1")
+    source = AgentVoiceSource(RATE, 1, queue_size_ms=40)
+    track = rtc.LocalAudioTrack.create_audio_track("take-back", source.source)
+    stream = CallerAudioStream(track, RATE, frame_size_ms=10)
+    heard: list[np.ndarray] = []
+    silent_run = 0
+    gap_seen = asyncio.Event()
+    finished: list[PlaybackFinished] = []
+
+    def next_frame() -> np.ndarray:
+        frame = playout.next_frame()
+        finished.extend(p for p in playout.take_progress() if isinstance(p, PlaybackFinished))
+        if playout.frames_out == pause_after_frames:  # frame 20 handed: the queue holds it and the one before
+            assert playout.pause()
+        return frame
+
+    async def read() -> None:
+        nonlocal silent_run
+        async for frame in stream:
+            samples = np.frombuffer(frame.data, dtype=np.int16)
+            heard.append(samples)
+            silent_run = 0 if samples.any() else silent_run + 1
+            if silent_run >= 5 and playout.paused:
+                gap_seen.set()
+            if finished and silent_run >= 10:
+                return
+
+    reader = asyncio.create_task(read())
+    sender = asyncio.create_task(source.play(playout, next_frame))
+    try:
+        await asyncio.wait_for(gap_seen.wait(), 10)
+        taken_back_to_ms = playout.played_ms("r1")
+        assert playout.resume()
+        await asyncio.wait_for(reader, 10)
+    finally:
+        sender.cancel()
+        reader.cancel()
+        await asyncio.gather(sender, reader, return_exceptions=True)
+        await stream.aclose()
+        await source.aclose()
+
+    # The pause was asked with 20 frames handed; the queue's two went back (what plays after the
+    # resume starts where the caller stopped hearing), so it counts 18 frames and the fade played.
+    assert taken_back_to_ms == pytest.approx(18 * 20 + FADE_SAMPLES / 48, abs=0.01)
+    indices = _full_indices(np.concatenate(heard))
+    assert len(indices) == len(set(indices)), "a stretch of the reply was heard twice"
+    assert indices == sorted(indices)
+    missing = sorted(set(range(reply)) - set(indices))
+    # Only the fades' samples (out, then in after the resume) are not heard at full level.
+    assert len(missing) <= 2 * FADE_SAMPLES, f"{len(missing)} samples of the reply skipped"
+    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]

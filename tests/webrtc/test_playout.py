@@ -216,3 +216,63 @@ def test_clear_ends_a_pause_and_the_next_reply_plays():
 def test_pause_refuses_when_nothing_plays():
     queue = PlayoutQueue()
     assert not queue.pause() and not queue.paused
+
+
+def ramp(samples: int, start: int = 0) -> np.ndarray:
+    """Sample i is (start + i) / 2**15: each comes out of the queue as its own int16 code."""
+    return (np.arange(start, start + samples) / 32767.0).astype(np.float32)
+
+
+def test_take_back_queues_the_unheard_tail_again_faded_out_now_and_played_after_the_resume():
+    queue = PlayoutQueue()
+    queue.capture(ramp(9600), "r1")  # 200 ms
+    for _ in range(5):
+        queue.next_frame()
+    assert queue.pause()
+    assert queue.take_back(30.0)  # the transport's queue held a frame and a half
+    assert queue.played_ms("r1") == 70.0
+    faded = queue.next_frame()
+    assert faded[0] == 3360 and not faded[FADE_SAMPLES:].any()  # the fade starts where the caller stopped
+    assert queue.played_ms("r1") == 75.0
+    queue.resume()
+    resumed = queue.next_frame()
+    assert resumed[FADE_SAMPLES - 1] == 3360 + 2 * FADE_SAMPLES - 1  # then on with nothing skipped
+    assert queue.played_ms("r1") == 95.0
+
+
+def test_take_back_skips_an_underrun_frames_silence():
+    queue = PlayoutQueue()
+    queue.capture(ramp(1440), "r1")  # 30 ms: the second frame is half silence
+    queue.next_frame()
+    queue.next_frame()
+    queue.capture(ramp(960, start=1440), "r1")
+    queue.next_frame()
+    assert queue.pause()
+    assert queue.take_back(40.0)  # the last frame and the half-silent one: 30 ms of audio
+    assert queue.played_ms("r1") == 20.0
+    faded = queue.next_frame()  # the half-silent frame's audio, then the last's, back to back
+    assert faded[0] == 960 and queue.played_ms("r1") == 25.0
+    queue.resume()
+    assert queue.next_frame()[FADE_SAMPLES - 1] == 960 + 2 * FADE_SAMPLES - 1
+
+
+def test_take_back_refuses_what_it_cannot_give_back_and_changes_nothing():
+    queue = PlayoutQueue()
+    queue.capture(tone(20), "r1")
+    queue.flush("r1")
+    queue.capture(tone(100), "r2")
+    queue.next_frame()  # r1 played to its end (reported) ...
+    queue.next_frame()  # ... then r2's first frame
+    assert not queue.take_back(20.0)  # not paused
+    assert queue.pause()
+    assert not queue.take_back(40.0)  # reaches into r1, whose end was reported
+    assert not queue.take_back(200.0)  # more than was handed out
+    assert queue.take_back(20.0)  # r2's own frame
+    assert queue.played_ms("r2") == 0.0 and queue.played_ms("r1") == 20.0
+    queue.next_frame()  # the fade went out: the pause was heard
+    assert not queue.take_back(5.0)
+    queue.resume()
+    queue.next_frame()
+    assert queue.pause()
+    queue.clear()
+    assert not queue.take_back(20.0)  # cleared: nothing is paused any more

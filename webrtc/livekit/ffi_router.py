@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from livekit import rtc
 from livekit.rtc import _ffi_client
@@ -48,6 +48,13 @@ _ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
 
 _Target = tuple["_Inbox", Queue[Any]]
 
+
+class CaptureDone(NamedTuple):
+    """A capture's acknowledgement, and when it reached the SDK's callback thread (monotonic s)."""
+
+    event: proto_ffi.FfiEvent
+    arrived_at: float
+
 #: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
 CALLBACK_DRAIN_TIMEOUT_S = 2.0
 
@@ -63,9 +70,9 @@ class FfiRouter:
         self._streams: dict[int, _Target] = {}
         self._rooms: dict[int, _Target] = {}  # by room handle
         self._participants: dict[int, _Target] = {}  # a room's, by its local participant's handle
-        self._captures: dict[int, tuple[_Inbox, asyncio.Future[Any]]] = {}
+        self._captures: dict[int, tuple[_Inbox, asyncio.Future[CaptureDone]]] = {}
         self._inboxes: dict[asyncio.AbstractEventLoop, _Inbox] = {}  # one per loop that gets events
-        self._early: OrderedDict[int, Any] = OrderedDict()
+        self._early: OrderedDict[int, CaptureDone] = OrderedDict()
         self.routed = 0  # events handed to a loop (for tests and benchmarks)
         #: The last event handed to one of our loops; read by the filter below, on the same thread.
         self._taken: proto_ffi.FfiEvent | None = None
@@ -116,15 +123,16 @@ class FfiRouter:
                     self._deliver(event, target)
                 self._taken = None  # an SDK request may wait for it too
             elif kind == "capture_audio_frame":
+                done = CaptureDone(event, time.monotonic())
                 async_id = event.capture_audio_frame.async_id
                 with self._lock:
                     waiter = self._captures.pop(async_id, None)
                     if waiter is None:
-                        self._early[async_id] = event
+                        self._early[async_id] = done
                         while len(self._early) > _EARLY_KEPT:
                             self._early.popitem(last=False)
                 if waiter is not None:
-                    self._hand(waiter[0], _resolve, waiter[1], event)
+                    self._hand(waiter[0], _resolve, waiter[1], event, done)
         except Exception:  # never let the SDK deliver an event to our unused loop
             log.exception("routing an FFI event failed")
         return False
@@ -136,9 +144,9 @@ class FfiRouter:
         if target is not None:
             self._hand(target[0], _put, target[1], event)
 
-    def _hand(self, inbox: _Inbox, deliver: Any, into: Any, event: proto_ffi.FfiEvent) -> None:
-        """``deliver(into, event)`` on ``inbox``'s loop; the SDK's unfiltered requests skip it."""
-        inbox.put(deliver, into, event)
+    def _hand(self, inbox: _Inbox, deliver: Any, into: Any, event: proto_ffi.FfiEvent, what: Any = None) -> None:
+        """``deliver(into, what or event)`` on ``inbox``'s loop; the SDK's unfiltered requests skip ``event``."""
+        inbox.put(deliver, into, event if what is None else what)
         self._taken = event
         self.routed += 1
 
@@ -192,9 +200,9 @@ class FfiRouter:
         with self._lock:
             self._streams.pop(handle, None)
 
-    def expect_capture(self, async_id: int) -> asyncio.Future[Any]:
+    def expect_capture(self, async_id: int) -> asyncio.Future[CaptureDone]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[CaptureDone] = loop.create_future()
         inbox = self._inbox(loop)
         with self._lock:
             early = self._early.pop(async_id, None)

@@ -4,8 +4,8 @@ The caller is the participant named in the job's metadata, else the first
 standard or SIP participant to publish a microphone; when they leave, the next
 one. Only the caller's microphone is subscribed. The agent speaks through one
 audio track fed from the shared ``CallAudioPath`` playout, with a two-frame
-AudioSource queue (a pause is heard within 40-60 ms) that a barge-in empties at
-once. Transcripts of both sides go out on ``lk.transcription`` text streams; the
+AudioSource queue that a pause empties (its audio goes back to the playout) and a
+barge-in clears. Transcripts of both sides go out on ``lk.transcription`` text streams; the
 agent's state is the ``lk.agent.state`` attribute (beside it ``duplex.turn_ms``,
 ``duplex.barge_in_ms`` and ``duplex.random_weights`` for the page); SIP DTMF digits
 reach the session. The caller's
@@ -37,20 +37,20 @@ from duplex_agent.agent.session.ports import AdmissionError, Conversation, Duple
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
-from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
+from duplex_agent.webrtc.media.playout import SAMPLE_RATE
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("duplex_agent.livekit")
 
 #: The AudioSource's own queue: two frames, as the bare livekit.rtc floor agent keeps. livekit
 #: takes a frame once the queue holds no more than its size, so it holds 40-60 ms, paced by its
-#: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. What it
-#: holds plays on after the playout pauses (only a barge-in's clear empties it): at 60 ms it
-#: held 60-80 ms, the largest part of what the caller heard beyond the LiveKit floor; one frame
-#: (20-40 ms) left the stream to the loaded job loop's timing (bench.livekit_send_queue,
-#: bench.livekit_path --control). Queued, not unqueued: the native source sends silence by
-#: itself while nothing is captured; a stream that stops instead reached the caller late or
-#: stretched after quiet gaps (bench.livekit_quiet_gap).
+#: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. A pause
+#: empties it and gives its audio back to the playout (``AgentVoiceSource.play``); before, it played on, and was
+#: the largest part of what the caller heard beyond the LiveKit floor. One frame (20-40 ms) left
+#: the stream to the loaded job loop's timing (bench.livekit_send_queue, bench.livekit_path
+#: --control). Queued, not unqueued: the native source sends silence by itself while nothing is
+#: captured; a stream that stops instead reached the caller late or stretched after quiet gaps
+#: (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
 #: Caller audio in 40 ms frames (the SDK's default is 10 ms). Each frame is an FFI event that
 #: wakes the job's thread, and a wake-up there costs several GIL hand-offs between livekit's
@@ -271,19 +271,8 @@ class LiveKitRoomCall:
             await stream.aclose()
 
     async def _speak(self) -> None:
-        """Feed the track 20 ms at a time; the source's two-frame queue paces this loop.
-
-        While the agent is quiet nothing is captured (the native source sends silence by
-        itself): the loop waits for the next audio instead of an FFI round trip per frame.
-        """
-        path = self.path
-        while path is not None and path is self.path:
-            pcm = path.next_frame()
-            if not path.playout.playing:
-                await path.playout.wait_for_audio()
-                continue
-            frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)
-            await self.source.capture_frame(frame)
+        if self.path is not None:
+            await self.source.play(self.path.playout, self.path.next_frame)
 
     # ---- room events ----
 

@@ -7,7 +7,9 @@ transports read it out with ``next_frame``.
 
 ``pause`` holds the queue where it is (a short fade-out, then silence, nothing consumed);
 ``resume`` goes on from the next sample with a short fade-in, so a reply paused for a sound
-that was not a barge-in loses nothing but the pause itself.
+that was not a barge-in loses nothing but the pause itself. A transport with a queue of its
+own after this one (LiveKit's AudioSource) empties it at a pause and gives back what it held
+(``take_back``): that audio plays after the resume, and it never counted as heard.
 
 The queue is the single place that knows what the caller has heard: every frame
 handed out is booked against the response it came from, so a barge-in can
@@ -29,6 +31,9 @@ SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 FRAME_MS = 1000.0 * FRAME_SAMPLES / SAMPLE_RATE
 _PLAYED_RECORDS_KEPT = 64  # responses whose played duration is remembered
+#: Frames handed out that ``take_back`` can return: 80 ms, more than a transport's own queue
+#: holds (LiveKit's source: 40-60 ms).
+_HANDED_KEPT = 4
 #: Pause and resume ramp over 5 ms: long enough that the step between samples stays at the
 #: signal's own (no click), short enough that the pause is heard within the frame it lands in.
 FADE_SAMPLES = 240
@@ -96,6 +101,14 @@ class PlaybackResumed:
 PlayoutProgress = ChunkStarted | PlaybackFinished | PlaybackPaused | PlaybackResumed
 
 
+@dataclass(slots=True)
+class _Handed:
+    """One frame handed out: its audio by response, in order, then ``padding`` samples of silence."""
+
+    audio: list[tuple[str, np.ndarray]]
+    padding: int
+
+
 class PlayoutQueue:
     """Mono 48 kHz float32 in, int16 frames of 960 samples out; silence when empty.
 
@@ -123,6 +136,8 @@ class PlayoutQueue:
         self._fade_out = False
         self._fade_in = False
         self._silent_samples = 0
+        self._pause_unheard = False  # paused, and no frame has gone out since
+        self._handed: deque[_Handed] = deque(maxlen=_HANDED_KEPT)
         self.underruns = 0
         self.frames_out = 0
 
@@ -159,6 +174,7 @@ class PlayoutQueue:
             self._chunks.clear()
             self._queued_samples = 0
             self._last_frame_had_audio = False
+            self._handed.clear()
             self._unpause()
             if self._streaming is not None:
                 dropped.setdefault(self._streaming, 0)
@@ -190,6 +206,7 @@ class PlayoutQueue:
             if self._paused or not (self._chunks or self._last_frame_had_audio):
                 return False
             self._paused = True
+            self._pause_unheard = True
             self._fade_out = bool(self._chunks)
             self._fade_in = False
             self._silent_samples = 0
@@ -200,7 +217,7 @@ class PlayoutQueue:
         with self._lock:
             if not self._paused:
                 return False
-            self._paused = False
+            self._paused = self._pause_unheard = False
             # A pause that no frame played yet was never heard: nothing to fade back from.
             self._fade_in = not self._fade_out
             self._fade_out = False
@@ -208,8 +225,44 @@ class PlayoutQueue:
                 self._silent_samples = 0
             return True
 
+    def take_back(self, ms: float) -> bool:
+        """The last ``ms`` handed out never played (a transport's own queue dropped them at a
+        pause): queue their audio again, to fade out now and play after the resume; unheard.
+
+        Only while no frame has gone out since the pause, and only audio of the reply paused
+        (one that ended inside those ``ms`` was reported played): False, and nothing done,
+        otherwise, and the transport keeps its queue.
+        """
+        with self._lock:
+            wanted = round(ms * SAMPLE_RATE / 1000.0)
+            if not (self._pause_unheard and self._streaming is not None) or wanted <= 0:
+                return False
+            taken: list[np.ndarray] = []  # newest first
+            left = wanted
+            for handed in reversed(self._handed):  # each frame's audio, then its padding
+                left -= handed.padding
+                for response_id, samples in reversed(handed.audio):
+                    if left <= 0:
+                        break
+                    if response_id != self._streaming:
+                        return False
+                    take = min(left, samples.size)
+                    taken.append(samples[samples.size - take:])
+                    left -= take
+                if left <= 0:
+                    break
+            if left > 0 or not taken:  # more than is kept, or silence only
+                return False
+            audio = np.concatenate(taken[::-1])
+            self._handed.clear()  # what is kept now starts after the resume
+            self._chunks.appendleft(_Chunk(audio, self._streaming, None, started=True))
+            self._queued_samples += audio.size
+            self._played[self._streaming] -= audio.size
+            self._fade_out = True
+            return True
+
     def _unpause(self) -> None:
-        self._paused = self._fade_out = self._fade_in = False
+        self._paused = self._fade_out = self._fade_in = self._pause_unheard = False
         self._silent_samples = 0
 
     # ---- pacing side ----
@@ -217,20 +270,14 @@ class PlayoutQueue:
     def next_frame(self) -> np.ndarray:
         """The next 20 ms as int16; silence where the queue ran dry or is paused."""
         with self._lock:
+            self._pause_unheard = False
             if self._paused and not self._fade_out:  # held: silence, nothing consumed
-                self._silent_samples += FRAME_SAMPLES
-                self._last_frame_had_audio = False
-                self.frames_out += 1
-                return np.zeros(FRAME_SAMPLES, dtype=np.int16)
+                return self._silent_frame(paused=True)
             if not self._chunks:  # the common case while the caller talks: no float work at all
-                if self._paused:
-                    self._silent_samples += FRAME_SAMPLES
-                elif self._streaming is not None:
+                if not self._paused and self._streaming is not None:
                     self.underruns += 1
                 self._fade_out = False
-                self._last_frame_had_audio = False
-                self.frames_out += 1
-                return np.zeros(FRAME_SAMPLES, dtype=np.int16)
+                return self._silent_frame(paused=self._paused)
             out = np.zeros(FRAME_SAMPLES, dtype=np.float32)
             if self._fade_out:
                 filled = self._fill(out, FADE_SAMPLES)
@@ -256,9 +303,19 @@ class PlayoutQueue:
         np.clip(out, -32767.0, 32767.0, out=out)
         return out.astype(np.int16)
 
+    def _silent_frame(self, *, paused: bool) -> np.ndarray:
+        if paused:
+            self._silent_samples += FRAME_SAMPLES
+        self._last_frame_had_audio = False
+        self.frames_out += 1
+        self._handed.append(_Handed([], FRAME_SAMPLES))
+        return np.zeros(FRAME_SAMPLES, dtype=np.int16)
+
     def _fill(self, out: np.ndarray, limit: int) -> int:
-        """Move up to ``limit`` queued samples into ``out``, booking each against its response."""
+        """Move up to ``limit`` queued samples into ``out``, booking each against its response
+        (and keeping the frame's audio for ``take_back``)."""
         filled = 0
+        handed = _Handed([], FRAME_SAMPLES)
         while filled < limit and self._chunks:
             chunk = self._chunks[0]
             if not chunk.started:
@@ -270,6 +327,7 @@ class PlayoutQueue:
                 self._progress.append(ChunkStarted(chunk.response_id, chunk.tag, first))
             take = min(limit - filled, chunk.samples.size)
             out[filled : filled + take] = chunk.samples[:take]
+            handed.audio.append((chunk.response_id, chunk.samples[:take]))
             chunk.samples = chunk.samples[take:]
             filled += take
             self._queued_samples -= take
@@ -279,6 +337,8 @@ class PlayoutQueue:
                 rid = chunk.response_id
                 if rid in self._finished and not any(c.response_id == rid for c in self._chunks):
                     self._report_played(rid)
+        handed.padding -= filled
+        self._handed.append(handed)
         return filled
 
     def take_progress(self) -> list[PlayoutProgress]:
