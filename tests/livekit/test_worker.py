@@ -3,11 +3,13 @@ talking with callers on the real livekit SDK."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import soxr
 from livekit.protocol import agent as agent_pb
 
-from devtools.speech import speak, words
+from devtools.speech import speak, vocal_burst, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
 from tests.webrtc.client_peer import wait_for
@@ -46,10 +48,14 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     assert words(reply.text)[:2] == ["you", "said"]
     assert {"thinking", "speaking", "listening"} <= set(caller.agent_states)
 
-    # Talk over a long reply: the agent stops.
+    # A grunt over a long reply: the agent pauses (its source's queue given back to the playout)
+    # and goes on; then talk over it: the agent stops.
     caller.mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
     before = len(caller.received)
     await wait_for(lambda: caller.loud_frames(before) > 100, 40, "1 s of the agent's long reply")
+    caller.mic.say(np.concatenate([vocal_burst(48.0), np.zeros(48000, np.float32), vocal_burst(48.0)]))
+    burst_at = len(caller.received)
+    await wait_for(lambda: caller.loud_frames(burst_at) > 150, 40, "the long reply to go on over the grunts")
     cut = len(caller.received)
     long_reply = words("You said: " + LONG)
 
@@ -82,7 +88,10 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     await caller.leave()
     await wait_for(lambda: livekit_server.jobs[job_id].status in (agent_pb.JobStatus.JS_SUCCESS, agent_pb.JobStatus.JS_FAILED)
                    or livekit_server.jobs[job_id].terminated, 30, "the job to end")
-    assert "session" in worker.log()
+    figures = re.search(r"call figures: .*'barge_ins': (\d+), 'false_pauses': (\d+)", worker.log())
+    assert figures, worker.log()[-2000:]
+    barge_ins, false_pauses = map(int, figures.groups())
+    assert false_pauses >= 1 and barge_ins >= 1  # the grunts paused the reply, then the words cut it
 
 
 async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):

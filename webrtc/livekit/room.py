@@ -45,12 +45,12 @@ log = logging.getLogger("duplex_agent.livekit")
 #: The AudioSource's own queue: two frames, as the bare livekit.rtc floor agent keeps. livekit
 #: takes a frame once the queue holds no more than its size, so it holds 40-60 ms, paced by its
 #: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. A pause
-#: empties it and gives its audio back to the playout (``AgentVoiceSource.play``); before, it played on, and was
-#: the largest part of what the caller heard beyond the LiveKit floor. One frame (20-40 ms) left
-#: the stream to the loaded job loop's timing (bench.livekit_send_queue, bench.livekit_path
-#: --control). Queued, not unqueued: the native source sends silence by itself while nothing is
-#: captured; a stream that stops instead reached the caller late or stretched after quiet gaps
-#: (bench.livekit_quiet_gap).
+#: empties it and gives its audio back to the playout (``AgentVoiceSource.play``); before, it
+#: played on, the largest part of what the caller heard beyond the LiveKit floor. One frame
+#: (20-40 ms) left the stream to the loaded job loop's timing (bench.livekit_send_queue,
+#: bench.livekit_path --control). Queued, not unqueued: the native source sends silence by
+#: itself while nothing is captured; a stream that stops instead reached the caller late or
+#: stretched after quiet gaps (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
 #: Caller audio in 40 ms frames (the SDK's default is 10 ms). Each frame is an FFI event that
 #: wakes the job's thread, and a wake-up there costs several GIL hand-offs between livekit's
