@@ -13,9 +13,15 @@ printed: when the held speech confirms the barge-in (the cancel), which the offs
 at the 8 frame phases against the grid (20 ms frames and 32 ms windows meet every 160 ms),
 instead of at random sample offsets, as a live caller's onsets fall.
 
+``--frame-ms 20,40``: also the pause with the caller's audio in frames of each size (the LiveKit
+worker reads 40 ms frames, ``CALLER_FRAME_MS``; the direct path gets 20 ms packets), counted in
+ms from the onset sample to the end of the frame the pause is decided on (when the worker has
+that frame), beside the LiveKit floor's rule on the same audio: the first 10 ms frame whose level
+passes -40 dBFS (``bench.livekit_echo_agent``).
+
 Prints figures per interruption and over all of them; never passes or fails on time.
 
-Run: python -m bench.onset_delay [--alignments 32] [--frame-aligned]
+Run: python -m bench.onset_delay [--alignments 32] [--frame-aligned] [--frame-ms 20,40]
 """
 
 from __future__ import annotations
@@ -51,9 +57,67 @@ def decisions(audio: np.ndarray, lead: int, *, offset_grid: bool) -> tuple[int, 
     raise RuntimeError("the interruption never confirmed")
 
 
+def pause_ms(audio: np.ndarray, lead: int, frame_samples: int) -> float:
+    """Onset sample -> the end of the ``frame_samples`` frame the (two-grid) pause is decided on, in ms."""
+    from bench.livekit_callers import SAMPLE_RATE, acoustic_onset
+    from duplex_agent.agent.models.vad import SileroVadModel
+    from duplex_agent.webrtc.media.barge_in import BargeInGate, Verdict
+    from duplex_agent.webrtc.media.onset import CallerOnsetDetector
+
+    signal = np.concatenate([np.zeros(lead, np.float32), audio])
+    onset = lead + acoustic_onset(audio)
+    detector, gate = CallerOnsetDetector(SileroVadModel.shared()), BargeInGate()
+    for k in range(signal.size // frame_samples):
+        frame = signal[k * frame_samples : (k + 1) * frame_samples]
+        for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=True):
+            verdict = gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
+                                half_step=window.half_step)
+            if verdict is Verdict.PAUSE:
+                return 1000.0 * ((k + 1) * frame_samples - onset) / SAMPLE_RATE
+    raise RuntimeError("the interruption never paused")
+
+
+def floor_ms(audio: np.ndarray, lead: int) -> float:
+    """Onset sample -> the end of the first 10 ms frame over the LiveKit floor's level, in ms."""
+    from bench.livekit_callers import SAMPLE_RATE, acoustic_onset
+    from bench.livekit_echo_agent import ONSET_RMS
+
+    signal = np.concatenate([np.zeros(lead, np.float32), audio])
+    onset, frame = lead + acoustic_onset(audio), SAMPLE_RATE // 100
+    for k in range(signal.size // frame):
+        if float(np.sqrt(np.mean(signal[k * frame : (k + 1) * frame] ** 2))) > ONSET_RMS:
+            return 1000.0 * ((k + 1) * frame - onset) / SAMPLE_RATE
+    raise RuntimeError("the floor never heard the interruption")
+
+
+def spread_ms(name: str, ms: list[float]) -> str:
+    return f"{name} p50 {percentile(ms, 50):3.0f} p95 {percentile(ms, 95):3.0f} mean {float(np.mean(ms)):5.1f} ms"
+
+
 def line(name: str, frames: list[int]) -> str:
     ms = [20.0 * f for f in frames]
-    return f"{name} p50 {percentile(ms, 50):3.0f} p95 {percentile(ms, 95):3.0f} mean {float(np.mean(ms)):5.1f} ms"
+    return spread_ms(name, ms)
+
+
+def by_frame_size(sizes: list[int], alignments: int) -> None:
+    """The pause after the onset sample with caller frames of each size, beside the LiveKit floor."""
+    from bench.livekit_callers import INTERRUPTIONS, SAMPLE_RATE
+    from devtools.speech import speak
+
+    rng = np.random.default_rng(40)
+    floor: list[float] = []
+    ours: dict[int, list[float]] = {size: [] for size in sizes}
+    for text in INTERRUPTIONS:
+        audio = speak(text, SAMPLE_RATE)
+        for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, alignments):
+            floor.append(floor_ms(audio, int(lead)))
+            for size in sizes:
+                ours[size].append(pause_ms(audio, int(lead), SAMPLE_RATE * size // 1000))
+    print(f"the pause after the onset sample, to the end of the frame it is decided on ({len(floor)} onsets)")
+    print(f"  LiveKit floor (10 ms frames, -40 dBFS): {spread_ms('', floor)}")
+    for size in sizes:
+        beyond = [a - b for a, b in zip(ours[size], floor)]
+        print(f"  two grids, {size} ms frames: {spread_ms('', ours[size])}; beyond the floor {spread_ms('', beyond)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alignments", type=int, default=32, help="random grid alignments per interruption")
     parser.add_argument("--frame-aligned", action="store_true",
                         help="utterances start on frame boundaries, at the 8 frame phases against the grid")
+    parser.add_argument("--frame-ms", default="", help="also the pause with caller frames of these sizes (ms), e.g. 20,40")
     args = parser.parse_args(argv)
 
     from bench.livekit_callers import FRAME_SAMPLES, INTERRUPTIONS, SAMPLE_RATE
@@ -86,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         grids = "two grids" if offset_grid else "one grid "
         pauses, confirms = totals[offset_grid]
         print(f"all ({len(pauses)}) {grids}: {line('pause', pauses)}; {line('confirm', confirms)}")
+    if args.frame_ms:
+        by_frame_size([int(ms) for ms in args.frame_ms.split(",")], args.alignments)
     return 0
 
 
