@@ -28,6 +28,7 @@ import numpy as np
 from livekit import rtc
 
 from bench.stats import percentile
+from devtools.voice_loopback import cancel, looped_back
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.room import SAMPLE_RATE, SOURCE_QUEUE_MS
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, PlayoutQueue
@@ -46,16 +47,13 @@ async def play_on(source: AgentVoiceSource, playout: PlayoutQueue) -> None:
 
 async def trial(mode: str, index: int) -> float | None:
     """Pause asked -> the first silent frame out of the track, in ms (None: none within 2 s)."""
-    source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=QUEUE_MS[mode])
-    track = rtc.LocalAudioTrack.create_audio_track(f"{mode}-{index}", source.source)
-    stream = CallerAudioStream(track, SAMPLE_RATE, frame_size_ms=10)
     playout = PlayoutQueue()
     playout.capture(REPLY, "reply")
     heard_reply = asyncio.Event()
     paused_at: list[float] = []
     quiet_at: list[float] = []
 
-    async def read() -> None:
+    async def read(stream: CallerAudioStream) -> None:
         async for frame in stream:
             loud = bool(np.frombuffer(frame.data, np.int16).any())
             if loud:
@@ -64,23 +62,20 @@ async def trial(mode: str, index: int) -> float | None:
                 quiet_at.append(time.perf_counter())
                 return
 
-    reader = asyncio.create_task(read())
-    sender = asyncio.create_task(source.play(playout, playout.next_frame) if mode == "taken back"
-                                 else play_on(source, playout))
-    try:
-        await asyncio.wait_for(heard_reply.wait(), 5)
-        await asyncio.sleep(0.2 + random.uniform(0, 0.04))  # a settled stream, a random phase
-        paused_at.append(time.perf_counter())
-        playout.pause()
-        await asyncio.wait_for(reader, 2)
-    except TimeoutError:
-        return None
-    finally:
-        reader.cancel()
-        sender.cancel()
-        await asyncio.gather(sender, reader, return_exceptions=True)
-        await stream.aclose()
-        await source.aclose()
+    async with looped_back(f"{mode}-{index}", queue_size_ms=QUEUE_MS[mode]) as (source, stream):
+        reader = asyncio.create_task(read(stream))
+        sender = asyncio.create_task(source.play(playout, playout.next_frame) if mode == "taken back"
+                                     else play_on(source, playout))
+        try:
+            await asyncio.wait_for(heard_reply.wait(), 5)
+            await asyncio.sleep(0.2 + random.uniform(0, 0.04))  # a settled stream, a random phase
+            paused_at.append(time.perf_counter())
+            playout.pause()
+            await asyncio.wait_for(reader, 2)
+        except TimeoutError:
+            return None
+        finally:
+            await cancel(sender, reader)
     return 1000.0 * (quiet_at[0] - paused_at[0]) if quiet_at else None
 
 

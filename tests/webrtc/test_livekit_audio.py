@@ -7,8 +7,10 @@ import pytest
 from livekit import rtc
 from livekit.rtc._ffi_client import FfiClient
 
-from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
+from devtools.voice_loopback import cancel, looped_back
+from duplex_agent.webrtc.livekit.ffi_audio import CallerAudioStream
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
+from duplex_agent.webrtc.media.playout import FADE_SAMPLES, PlaybackFinished, PlayoutQueue
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,26 +24,22 @@ def _frame(level: int) -> rtc.AudioFrame:
 
 async def _loop_through(level: int, frames: int) -> tuple[list[int], int]:
     """Capture ``frames`` constant frames into a source and read its track back: the levels seen."""
-    source = AgentVoiceSource(RATE, 1, queue_size_ms=60)
-    track = rtc.LocalAudioTrack.create_audio_track(f"level-{level}", source.source)
-    stream = CallerAudioStream(track, RATE, frame_size_ms=20)
     seen: list[int] = []
     sizes: set[int] = set()
+    async with looped_back(f"level-{level}", queue_size_ms=60, frame_size_ms=20) as (source, stream):
 
-    async def read() -> None:
-        async for frame in stream:
-            samples = np.frombuffer(frame.data, dtype=np.int16)
-            sizes.add(samples.size)
-            seen.extend(int(v) for v in np.unique(samples) if v)
-            if len(seen) >= frames // 2:
-                return
+        async def read() -> None:
+            async for frame in stream:
+                samples = np.frombuffer(frame.data, dtype=np.int16)
+                sizes.add(samples.size)
+                seen.extend(int(v) for v in np.unique(samples) if v)
+                if len(seen) >= frames // 2:
+                    return
 
-    reader = asyncio.create_task(read())
-    for _ in range(frames):
-        await source.capture_frame(_frame(level))
-    await asyncio.wait_for(reader, 10)
-    await stream.aclose()
-    await source.aclose()
+        reader = asyncio.create_task(read())
+        for _ in range(frames):
+            await source.capture_frame(_frame(level))
+        await asyncio.wait_for(reader, 10)
     return seen, max(sizes)
 
 
@@ -99,16 +97,11 @@ def _full_indices(heard: np.ndarray) -> list[int]:
 
 
 async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with_nothing_skipped_or_doubled():
-    from duplex_agent.webrtc.media.playout import FADE_SAMPLES, PlaybackFinished, PlayoutQueue
-
     reply = 48000  # 1 s
     pause_after_frames = 20
     playout = PlayoutQueue()
     playout.capture(_coded_reply(reply), "r1")
     playout.flush("r1")
-    source = AgentVoiceSource(RATE, 1, queue_size_ms=40)
-    track = rtc.LocalAudioTrack.create_audio_track("take-back", source.source)
-    stream = CallerAudioStream(track, RATE, frame_size_ms=10)
     heard: list[np.ndarray] = []
     silent_run = 0
     gap_seen = asyncio.Event()
@@ -121,7 +114,7 @@ async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with
             assert playout.pause()
         return frame
 
-    async def read() -> None:
+    async def read(stream: CallerAudioStream) -> None:
         nonlocal silent_run
         async for frame in stream:
             samples = np.frombuffer(frame.data, dtype=np.int16)
@@ -132,19 +125,16 @@ async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with
             if finished and silent_run >= 10:
                 return
 
-    reader = asyncio.create_task(read())
-    sender = asyncio.create_task(source.play(playout, next_frame))
-    try:
-        await asyncio.wait_for(gap_seen.wait(), 10)
-        taken_back_to_ms = playout.played_ms("r1")
-        assert playout.resume()
-        await asyncio.wait_for(reader, 10)
-    finally:
-        sender.cancel()
-        reader.cancel()
-        await asyncio.gather(sender, reader, return_exceptions=True)
-        await stream.aclose()
-        await source.aclose()
+    async with looped_back("take-back", queue_size_ms=40) as (source, stream):
+        reader = asyncio.create_task(read(stream))
+        sender = asyncio.create_task(source.play(playout, next_frame))
+        try:
+            await asyncio.wait_for(gap_seen.wait(), 10)
+            taken_back_to_ms = playout.played_ms("r1")
+            assert playout.resume()
+            await asyncio.wait_for(reader, 10)
+        finally:
+            await cancel(sender, reader)
 
     # The pause was asked with 20 frames handed; the queue's two went back (what plays after the
     # resume starts where the caller stopped hearing), so it counts 18 frames and the fade played.
