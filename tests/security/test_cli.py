@@ -129,6 +129,13 @@ async def test_tls_self_signed_with_a_key_end_to_end(free_port, tmp_path, host_a
                 await ws.send_str(json.dumps({"type": "session.update", "session": {}}))
                 event = json.loads((await ws.receive(timeout=20)).data)
                 assert event["type"] == "session.created"
+                # Only session.close ends a session at once: a bare socket close would hold it (and the
+                # worker's exit on SIGINT) for the 30 s resume grace.
+                await ws.send_str(json.dumps({"type": "session.close"}))
+                while event["type"] != "session.closed":
+                    message = await ws.receive(timeout=20)
+                    assert message.type == aiohttp.WSMsgType.TEXT, message
+                    event = json.loads(message.data)
     assert worker.returncode == 0
     output = worker.text()
     assert "refused GET /metrics" in output  # the log names refusals...
