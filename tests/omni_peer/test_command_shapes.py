@@ -6,6 +6,7 @@ A failure prints the difference: event names in order, keys with their JSON type
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import numpy as np
@@ -138,9 +139,9 @@ def servers(started):
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 async def test_command_answer_matches_vllm_omni(servers, case):
     peer, ours = servers
-    real = await run_case(peer.realtime_url, case)
+    # Two servers, a fresh session on each: the runs are independent, so they go side by side.
+    real, mine = await asyncio.gather(run_case(peer.realtime_url, case), run_case(ours.realtime_url, case))
     assert not real.note, f"the real vLLM-Omni server did not answer {case.name}: {real.note} {real.names}"
-    mine = await run_case(ours.realtime_url, case)
     differences, extras = diff(real, mine)
     if extras:
         print(f"{case.name}: our extras (a vLLM-Omni client ignores them):\n" + "\n".join(extras))

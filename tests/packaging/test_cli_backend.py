@@ -91,7 +91,11 @@ async def test_a_pool_with_one_host_down_starts_and_answers_on_the_other(tmp_pat
         assert done["response"]["status"] == "completed"
         assert ((await host.health()) or {}).get("sessions") == 1
         assert f"backend {refusing_url.split('?')[0]} did not start: cannot reach" in front.log()
+        # Only session.close ends a session at once: a bare socket close would hold it (and the front's
+        # exit on SIGTERM) for the 30 s resume grace.
+        await caller.send({"type": "session.close"})
+        await caller.until("session.closed")
     finally:
         await caller.close()
-        for serve in (front, host):
-            await serve.stop()
+        codes = [await serve.stop() for serve in (front, host)]
+    assert codes == [0, 0], codes

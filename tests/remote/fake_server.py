@@ -72,7 +72,8 @@ class FakeSession:
 
     async def receive(self, timeout: float = 5.0) -> dict[str, Any] | None:
         """The next client message. Heartbeats are answered (as vLLM-Omni does) and counted, and a
-        retrieve of an unknown item answered ``item_not_found`` (a resume probe); neither is returned."""
+        retrieve of an unknown item answered ``item_not_found`` (a resume probe); neither is returned.
+        A ``session.close`` is returned and answered ``session.closed``."""
         assert self.ws is not None
         while True:
             message = await self.ws.receive(timeout=timeout)
@@ -89,6 +90,8 @@ class FakeSession:
             else:
                 break
         self.received.append(data)
+        if data.get("type") == "session.close":  # answered as vLLM-Omni does (else the client waits 2 s for it)
+            await self.send({"type": "session.closed", "session_id": "duplex-1", "reason": "client_close"})
         return data
 
     async def until(self, kind: str, timeout: float = 5.0) -> dict[str, Any]:

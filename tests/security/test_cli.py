@@ -118,8 +118,11 @@ async def test_tls_self_signed_with_a_key_end_to_end(free_port, tmp_path, host_a
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as http:
             async with http.get(base + "/") as page:
                 assert page.status == 200
-                served = page.connection.transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
-                assert ":".join(f"{b:02X}" for b in hashlib.sha256(served).digest()) == fingerprint
+            # The certificate from a handshake of its own: a response whose body came whole with its
+            # headers has already released its connection (page.connection is None under load).
+            served = ssl.PEM_cert_to_DER_cert(await asyncio.to_thread(ssl.get_server_certificate,
+                                                                      (host_address, free_port)))
+            assert ":".join(f"{b:02X}" for b in hashlib.sha256(served).digest()) == fingerprint
             async with http.get(base + "/metrics", headers={"Authorization": f"Bearer {new_key()}"}) as refused:
                 assert refused.status == 401
             async with http.get(base + "/metrics", headers={"Authorization": f"Bearer {key}"}) as allowed:
@@ -129,6 +132,13 @@ async def test_tls_self_signed_with_a_key_end_to_end(free_port, tmp_path, host_a
                 await ws.send_str(json.dumps({"type": "session.update", "session": {}}))
                 event = json.loads((await ws.receive(timeout=20)).data)
                 assert event["type"] == "session.created"
+                # Only session.close ends a session at once: a bare socket close would hold it (and the
+                # worker's exit on SIGINT) for the 30 s resume grace.
+                await ws.send_str(json.dumps({"type": "session.close"}))
+                while event["type"] != "session.closed":
+                    message = await ws.receive(timeout=20)
+                    assert message.type == aiohttp.WSMsgType.TEXT, message
+                    event = json.loads(message.data)
     assert worker.returncode == 0
     output = worker.text()
     assert "refused GET /metrics" in output  # the log names refusals...
