@@ -87,12 +87,13 @@ class AgentVoiceSource:
             self._held_ms, self._held_at = float(self.queue_size_ms), done.arrived_at
 
     async def play(self, playout: PlayoutQueue, next_frame: Callable[[], np.ndarray]) -> None:
-        """Feed the track ``next_frame``'s 20 ms at a time, paced by the queue, until cancelled.
+        """Feed the track ``next_frame``'s 20 ms (the playout's 48 kHz mono frames) at a time,
+        paced by the queue, until cancelled.
 
         While the agent is quiet nothing is captured (the native source sends silence by
         itself): the loop waits for the next audio instead of an FFI round trip per frame.
         A pause takes effect at the next frame, as soon as the source has taken the last:
-        what the queue still holds (40 ms then) is dropped and goes back to the playout, whose
+        what the queue still holds (its size then) is dropped and goes back to the playout, whose
         fade-out the source sends next, right after what it sent last; after a resume that
         audio plays from where the caller stopped hearing.
         """
