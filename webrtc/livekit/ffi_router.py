@@ -48,15 +48,15 @@ _ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
 
 _Target = tuple["_Inbox", Queue[Any]]
 
+#: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
+CALLBACK_DRAIN_TIMEOUT_S = 2.0
+
 
 class CaptureDone(NamedTuple):
     """A capture's acknowledgement, and when it reached the SDK's callback thread (monotonic s)."""
 
     event: proto_ffi.FfiEvent
     arrived_at: float
-
-#: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
-CALLBACK_DRAIN_TIMEOUT_S = 2.0
 
 
 class FfiRouter:

@@ -101,12 +101,15 @@ class PlaybackResumed:
 PlayoutProgress = ChunkStarted | PlaybackFinished | PlaybackPaused | PlaybackResumed
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Handed:
     """One frame handed out: its audio by response, in order, then ``padding`` samples of silence."""
 
-    audio: list[tuple[str, np.ndarray]]
+    audio: tuple[tuple[str, np.ndarray], ...]
     padding: int
+
+
+_SILENT_FRAME = _Handed((), FRAME_SAMPLES)
 
 
 class PlayoutQueue:
@@ -308,14 +311,14 @@ class PlayoutQueue:
             self._silent_samples += FRAME_SAMPLES
         self._last_frame_had_audio = False
         self.frames_out += 1
-        self._handed.append(_Handed([], FRAME_SAMPLES))
+        self._handed.append(_SILENT_FRAME)
         return np.zeros(FRAME_SAMPLES, dtype=np.int16)
 
     def _fill(self, out: np.ndarray, limit: int) -> int:
         """Move up to ``limit`` queued samples into ``out``, booking each against its response
         (and keeping the frame's audio for ``take_back``)."""
         filled = 0
-        handed = _Handed([], FRAME_SAMPLES)
+        handed: list[tuple[str, np.ndarray]] = []
         while filled < limit and self._chunks:
             chunk = self._chunks[0]
             if not chunk.started:
@@ -327,7 +330,7 @@ class PlayoutQueue:
                 self._progress.append(ChunkStarted(chunk.response_id, chunk.tag, first))
             take = min(limit - filled, chunk.samples.size)
             out[filled : filled + take] = chunk.samples[:take]
-            handed.audio.append((chunk.response_id, chunk.samples[:take]))
+            handed.append((chunk.response_id, chunk.samples[:take]))
             chunk.samples = chunk.samples[take:]
             filled += take
             self._queued_samples -= take
@@ -337,8 +340,7 @@ class PlayoutQueue:
                 rid = chunk.response_id
                 if rid in self._finished and not any(c.response_id == rid for c in self._chunks):
                     self._report_played(rid)
-        handed.padding -= filled
-        self._handed.append(handed)
+        self._handed.append(_Handed(tuple(handed), FRAME_SAMPLES - filled))
         return filled
 
     def take_progress(self) -> list[PlayoutProgress]:
