@@ -148,7 +148,7 @@ async def test_the_client_opens_with_model_and_key_and_reencodes_audio_in_whole_
     for _ in range(35):
         conversation.send(p.InputAudioBufferAppend(frame))
     conversation.send(p.InputAudioBufferCommit())
-    await settle(session, 6)
+    await settle(session, 7)  # the opening update, the update, four appends, the commit
     update, *appends, commit = session.received[1:]
     # vLLM-Omni refuses barge_in_on_speech without server VAD: the pair goes together.
     assert update == {"type": "session.update", "session": {"overlap_policy": "barge_in_on_speech",
