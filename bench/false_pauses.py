@@ -4,8 +4,10 @@ Each clip is played over a reply of Piper speech through the real call path (Cal
 PlayoutQueue, the real Silero edge VAD), at 4 offsets against the VAD's 32 ms window grid,
 in three modes in the same run:
 
-- ``pause``: the edge pauses at the first window over the threshold, then cancels once the
-  speech holds (the session VAD's minimum speech, 100 ms) or resumes;
+- ``pause``: the edge pauses at the first window over the pause threshold (0.3, under the
+  session VAD's 0.5), then cancels once the speech holds (the session VAD's minimum speech,
+  100 ms) or resumes;
+- ``pause@.5``: the same with the pause at the session VAD's threshold (the rule before);
 - ``no pause``: the same confirm rule with pausing off (``pause_on_onset=False``);
 - ``before``: the edge rule before the pause: no pause, cancel at the first window (32 ms).
 
@@ -55,7 +57,8 @@ AGENT_TEXT = "The ship sailed on across the grey sea while the crew sang the old
 LEAD_MS = 600.0  # the reply plays this long before the clip
 CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_samples=1600,
                           output_sample_rate=22050, max_sessions=1)
-MODES = {"pause": {"pause_on_onset": True}, "no pause": {"pause_on_onset": False},
+MODES = {"pause": {"pause_on_onset": True}, "pause@.5": {"pause_on_onset": True, "barge_in_pause_threshold": 0.5},
+         "no pause": {"pause_on_onset": False},
          "before": {"pause_on_onset": False, "barge_in_min_speech_ms": 32.0}}
 
 
@@ -88,12 +91,22 @@ def noise_cough(ms: float) -> np.ndarray:
     return (0.5 * shaped / np.abs(shaped).max() * _envelope(n, 0.01, ms / 3000)).astype(np.float32)
 
 
+def room_noise(seconds: float, dbfs: float) -> np.ndarray:
+    """Steady room noise (a fan, traffic): noise falling 6 dB an octave, at ``dbfs`` RMS."""
+    n = int(RATE * seconds)
+    spectrum = np.fft.rfft(_rng.standard_normal(n))
+    spectrum[1:] /= np.sqrt(np.fft.rfftfreq(n, 1 / RATE)[1:] / 100.0)
+    noise = np.fft.irfft(spectrum, n)
+    return (noise * 10 ** (dbfs / 20) / np.sqrt(np.mean(noise ** 2))).astype(np.float32)
+
+
 def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:
     return {
         "sounds": [("knock 40 ms", knock(40)), ("knock 80 ms", knock(80)),
                    ("cough (noise) 150 ms", noise_cough(150)), ("cough (noise) 250 ms", noise_cough(250)),
                    *((f"vocal burst {ms} ms", vocal_burst(ms)) for ms in (40, 48, 64, 80))],
         "backchannels": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("mm-hm", "yeah", "uh huh", "okay")],
+        "background": [(f"room noise 2 s, {dbfs} dBFS", room_noise(2.0, dbfs)) for dbfs in (-50, -40, -30)],
         "speech": [('"Hold on, wait a moment please." (Piper)', speak("Hold on, wait a moment please.", RATE))],
     }
 
@@ -223,14 +236,17 @@ async def run(offsets: int) -> None:
                     line += f"; skipped max {max(skipped):.1f} ms"
                 print(line, flush=True)
     print("\n== summary (share of trials that cancelled the reply; the pause as the caller heard it)")
-    for group in ("sounds", "backchannels"):
+    for group in ("sounds", "backchannels", "background"):
         print(f"   {group:13} " + ", ".join(f"{m} {_share(totals[group][m])}" for m in MODES))
-    paused = [t for group in ("sounds", "backchannels") for t in totals[group]["pause"]]
-    gaps = [g for t in paused for g in t.gaps_ms]
-    back = [t.onset_to_resume_ms for t in paused if t.onset_to_resume_ms is not None]
-    print(f"   false pauses: {sum(t.resumed for t in paused)} in {len(paused)} trials; pause heard {spread(gaps)}; "
-          f"clip onset frame -> reply back {spread(back)}; within 300 ms: {sum(b <= 300 for b in back)}/{len(back)}")
-    print(f"   skipped in resumed replies: max {max([t.skipped_ms or 0.0 for t in paused], default=0.0):.1f} ms")
+    for mode_name in ("pause", "pause@.5"):
+        paused = [t for group in ("sounds", "backchannels", "background") for t in totals[group][mode_name]]
+        gaps = [g for t in paused for g in t.gaps_ms]
+        back = [t.onset_to_resume_ms for t in paused if t.onset_to_resume_ms is not None]
+        print(f"   {mode_name:8} false pauses: {sum(t.resumed for t in paused)} in {len(paused)} trials "
+              f"(background {sum(t.resumed for t in totals['background'][mode_name])}); pause heard {spread(gaps)}; "
+              f"clip onset frame -> reply back {spread(back)}; within 300 ms: {sum(b <= 300 for b in back)}/{len(back)}")
+        print(f"   {mode_name:8} skipped in resumed replies: max "
+              f"{max([t.skipped_ms or 0.0 for t in paused], default=0.0):.1f} ms")
     for mode_name in MODES:
         reactions = [t.reaction_ms for t in totals["speech"][mode_name] if t.cancelled and t.reaction_ms is not None]
         print(f"   held speech, {mode_name:8}: cancelled {_share(totals['speech'][mode_name])}; onset frame -> first "

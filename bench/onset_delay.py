@@ -57,16 +57,17 @@ def decisions(audio: np.ndarray, lead: int, *, offset_grid: bool) -> tuple[int, 
     raise RuntimeError("the interruption never confirmed")
 
 
-def pause_ms(audio: np.ndarray, lead: int, frame_samples: int) -> float:
-    """Onset sample -> the end of the ``frame_samples`` frame the (two-grid) pause is decided on, in ms."""
+def pause_ms(audio: np.ndarray, lead: int, frame_samples: int, pause_at: float) -> float:
+    """Onset sample -> the end of the ``frame_samples`` frame the (two-grid) pause is decided on, in
+    ms, with windows at or over ``pause_at`` pausing."""
     from bench.livekit_callers import SAMPLE_RATE, acoustic_onset
     from duplex_agent.agent.models.vad import SileroVadModel
-    from duplex_agent.webrtc.media.barge_in import BargeInGate, Verdict
+    from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
     from duplex_agent.webrtc.media.onset import CallerOnsetDetector
 
     signal = np.concatenate([np.zeros(lead, np.float32), audio])
     onset = lead + acoustic_onset(audio)
-    detector, gate = CallerOnsetDetector(SileroVadModel.shared()), BargeInGate()
+    detector, gate = CallerOnsetDetector(SileroVadModel.shared()), BargeInGate(BargeInRules(pause_threshold=pause_at))
     for k in range(signal.size // frame_samples):
         frame = signal[k * frame_samples : (k + 1) * frame_samples]
         for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=True):
@@ -99,25 +100,27 @@ def line(name: str, frames: list[int]) -> str:
     return spread_ms(name, ms)
 
 
-def by_frame_size(sizes: list[int], alignments: int) -> None:
-    """The pause after the onset sample with caller frames of each size, beside the LiveKit floor."""
+def by_frame_size(sizes: list[int], pause_thresholds: list[float], alignments: int) -> None:
+    """The pause after the onset sample with caller frames of each size and each pause threshold,
+    beside the LiveKit floor."""
     from bench.livekit_callers import INTERRUPTIONS, SAMPLE_RATE
     from devtools.speech import speak
 
     rng = np.random.default_rng(40)
     floor: list[float] = []
-    ours: dict[int, list[float]] = {size: [] for size in sizes}
+    ours: dict[tuple[float, int], list[float]] = {(at, size): [] for at in pause_thresholds for size in sizes}
     for text in INTERRUPTIONS:
         audio = speak(text, SAMPLE_RATE)
         for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, alignments):
             floor.append(floor_ms(audio, int(lead)))
-            for size in sizes:
-                ours[size].append(pause_ms(audio, int(lead), SAMPLE_RATE * size // 1000))
+            for at, size in ours:
+                ours[at, size].append(pause_ms(audio, int(lead), SAMPLE_RATE * size // 1000, at))
     print(f"the pause after the onset sample, to the end of the frame it is decided on ({len(floor)} onsets)")
     print(f"  LiveKit floor (10 ms frames, -40 dBFS): {spread_ms('', floor)}")
-    for size in sizes:
-        beyond = [a - b for a, b in zip(ours[size], floor)]
-        print(f"  two grids, {size} ms frames: {spread_ms('', ours[size])}; beyond the floor {spread_ms('', beyond)}")
+    for (at, size), ms in ours.items():
+        beyond = [a - b for a, b in zip(ms, floor)]
+        print(f"  two grids, pause at {at:.2f}, {size} ms frames: {spread_ms('', ms)}; "
+              f"beyond the floor {spread_ms('', beyond)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frame-aligned", action="store_true",
                         help="utterances start on frame boundaries, at the 8 frame phases against the grid")
     parser.add_argument("--frame-ms", default="", help="also the pause with caller frames of these sizes (ms), e.g. 20,40")
+    parser.add_argument("--pause-thresholds", default="",
+                        help="with --frame-ms: the pause at each of these thresholds (default: the gate's), e.g. 0.5,0.3")
     args = parser.parse_args(argv)
 
     from bench.livekit_callers import FRAME_SAMPLES, INTERRUPTIONS, SAMPLE_RATE
@@ -152,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         pauses, confirms = totals[offset_grid]
         print(f"all ({len(pauses)}) {grids}: {line('pause', pauses)}; {line('confirm', confirms)}")
     if args.frame_ms:
-        by_frame_size([int(ms) for ms in args.frame_ms.split(",")], args.alignments)
+        from duplex_agent.webrtc.media.barge_in import BargeInRules
+
+        thresholds = [float(at) for at in args.pause_thresholds.split(",")] if args.pause_thresholds else [
+            BargeInRules().pause_threshold]
+        by_frame_size([int(ms) for ms in args.frame_ms.split(",")], thresholds, args.alignments)
     return 0
 
 

@@ -33,6 +33,31 @@ def test_an_unconfirmed_pause_lasts_at_most_max_pause_ms_and_the_candidate_may_s
     assert verdicts == [Verdict.PAUSE, None, None, Verdict.RESUME, None, None, Verdict.CONFIRM]
 
 
+def test_a_window_between_the_pause_threshold_and_the_threshold_pauses_but_does_not_count_as_speech():
+    gate = BargeInGate(BargeInRules(pause_threshold=0.3, min_speech_ms=100.0))
+    assert feed(gate, [0.2], start_at=1.0) == [None]  # under the pause threshold: nothing
+    verdicts = feed(gate, [HOVER, SPEECH, SPEECH, SPEECH, SPEECH], start_at=1.032)
+    # the hover window pauses; the 4 windows over the threshold after it (128 ms) confirm, not 3 (96 + 32)
+    assert verdicts == [Verdict.PAUSE, None, None, None, Verdict.CONFIRM]
+    assert gate.onset_at == 1.032
+
+
+def test_a_weak_window_that_speech_does_not_follow_is_a_false_pause():
+    gate = BargeInGate(BargeInRules(pause_threshold=0.3, max_false_pauses=1))
+    assert feed(gate, [HOVER, HOVER, QUIET]) == [Verdict.PAUSE, None, Verdict.RESUME]
+    # past the bound a weak window neither pauses nor counts as a withheld onset: it is not speech
+    assert feed(gate, [HOVER, QUIET]) == [None, None]
+    assert feed(gate, [SPEECH]) == [Verdict.WITHHELD]
+
+
+def test_a_weak_window_starts_nothing_when_there_is_no_agent_audio_to_pause():
+    gate = BargeInGate(BargeInRules(pause_threshold=0.3, min_speech_ms=100.0))
+    assert feed(gate, [HOVER, HOVER], playing=False) == [None, None]
+    assert gate.onset_at is None  # no candidate: the session's VAD would not have seen speech start
+    assert BargeInGate(BargeInRules(pause_threshold=0.3, pause=False)).push(
+        HOVER, at=0.0, agent_playing=True, reply="r1") is None
+
+
 def test_after_max_false_pauses_in_a_reply_onsets_do_not_pause_it_but_held_speech_still_cancels():
     gate = BargeInGate(BargeInRules(max_false_pauses=2))
     assert feed(gate, [SPEECH, QUIET, SPEECH, QUIET]) == [Verdict.PAUSE, Verdict.RESUME] * 2

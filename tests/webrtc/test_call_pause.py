@@ -195,15 +195,16 @@ class HalfSureVadModel(EnergyVadModel):
         return 0.6 * super().probability(window)
 
 
-@pytest.mark.parametrize("threshold, pauses", [(0.5, True), (0.7, False)])
-async def test_the_onset_threshold_follows_the_sessions_turn_detection(threshold, pauses):
+@pytest.mark.parametrize("threshold, pauses, cancels", [(0.5, True, True), (0.7, True, False), (0.9, False, False)])
+async def test_the_onset_thresholds_follow_the_sessions_turn_detection(threshold, pauses, cancels):
     conversation = FakeConversation(CAPS)
     path = CallAudioPath(conversation, vad_model=HalfSureVadModel(),
                          turn_detection={"type": "server_vad", "threshold": threshold})
     await path.start()
     await reply(conversation, path, 2000)
-    paced(path, [QUIET] * 3 + BURST)  # windows at 0.6
+    paced(path, [QUIET] * 3 + BURST)  # windows at 0.6: a pause at pause_threshold(threshold) <= 0.6
     assert path.playout.paused is pauses and path.pauses == int(pauses)
-    paced(path, SPEECH)
-    assert bool(conversation.sent_of(ResponseCancel)) is pauses  # held at 0.6: a barge-in only under 0.5
+    paced(path, SPEECH + [QUIET] * 3)
+    assert bool(conversation.sent_of(ResponseCancel)) is cancels  # held at 0.6: a barge-in only at threshold <= 0.6
+    assert path.false_pauses == int(pauses and not cancels)  # not speech at 0.7: the quiet resumes it
     await path.close()

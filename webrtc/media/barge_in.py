@@ -1,14 +1,18 @@
 """When caller sound over the agent pauses it, cancels it, or lets it go on: window by window.
 
-The edge reacts at the first VAD window (32 ms) over the session's threshold by pausing the
+The edge reacts at the first VAD window (32 ms) over the pause threshold by pausing the
 agent, then waits for the verdict the session's own VAD would give, by its settings (threshold,
 release threshold, minimum speech): the candidate holds once its windows over the
 threshold reach the minimum speech (a barge-in: the call path cancels), and is dropped at
 the first window below the release threshold (a cough, a knock, a short "mm-hm": the call
 path resumes, nothing skipped). Windows in between neither add nor drop, as in ``VadStream``.
+The pause threshold sits under the session's (``pause_threshold``): a false pause costs the
+caller a few tens of ms of the agent, a late one lets the agent talk over them, and Silero
+often scores a speech onset's first window (an "s", a breath before a vowel) between the two.
 Windows of the onset detector's offset grid (``half_step``, 16 ms after each main one) only
-pause sooner: over the threshold they start a candidate while the agent plays, with no speech
-counted; the main grid's windows alone grow, drop and confirm it, as the session's VAD sees them.
+pause sooner. Both kinds of window that may pause but not count as speech start a candidate
+while the agent plays, with no speech counted; the main grid's windows over the session's
+threshold alone grow it and confirm it, as the session's VAD sees them.
 A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
@@ -36,6 +40,15 @@ from duplex_agent.agent.models.vad import VAD_RATE, WINDOW_SAMPLES
 MAX_FALSE_PAUSES = 3
 #: The longest an unconfirmed pause holds the agent: a false pause is heard as at most this.
 MAX_PAUSE_MS = 256.0
+#: How far under the session's threshold a window pauses the agent (python -m bench.onset_delay
+#: --pause-thresholds: the onset stage's p95 beyond the floor, 40 ms frames, is 80 ms at 0.5, 50 at
+#: 0.3, and no lower at 0.2; python -m bench.false_pauses prices it in false pauses).
+PAUSE_MARGIN = 0.2
+
+
+def pause_threshold(threshold: float) -> float:
+    """The probability at which a window over the agent pauses it, for the session VAD's ``threshold``."""
+    return max(threshold - PAUSE_MARGIN, 0.01)
 
 
 class Verdict(enum.Enum):
@@ -51,6 +64,7 @@ class BargeInRules:
     session's turn detection."""
 
     threshold: float = 0.5  # a window at or over it is speech: a candidate starts or grows
+    pause_threshold: float = 0.3  # while the agent plays, a window at or over it pauses (pause_threshold(threshold))
     release_threshold: float = 0.35  # under it the candidate is dropped (release_threshold(threshold))
     min_speech_ms: float = 100.0  # the candidate's speech that makes a barge-in
     silence_ms: float = 300.0  # caller silence that ends their speech over the agent (a new onset may follow); the gate's own
@@ -91,7 +105,7 @@ class BargeInGate:
             return None
         if self._candidate_ms is None:
             if probability < rules.threshold:
-                return None
+                return self._early_pause(probability, at, agent_playing)
             self._candidate_ms = self._candidate_age_ms = rules.window_ms
             self._over_agent = agent_playing
             self.onset_at = at
@@ -116,9 +130,10 @@ class BargeInGate:
         return None
 
     def _early_pause(self, probability: float, at: float, agent_playing: bool) -> Verdict | None:
-        """An offset grid's window: a pause, at most, where the next main window would make one."""
+        """A window that may pause but not count as speech (the offset grid's, or one between the
+        pause threshold and the threshold): a pause, at most, with no speech in the candidate yet."""
         rules = self.rules
-        if (self._speech_silence_ms is not None or self._candidate_ms is not None or probability < rules.threshold
+        if (self._speech_silence_ms is not None or self._candidate_ms is not None or probability < rules.pause_threshold
                 or not agent_playing or not rules.pause or self._false_pauses >= rules.max_false_pauses):
             return None  # the main grid's windows judge these as before (and count a withheld onset once)
         self._candidate_ms = self._candidate_age_ms = 0.0

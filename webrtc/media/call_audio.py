@@ -50,7 +50,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
-from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
+from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict, pause_threshold
 from duplex_agent.webrtc.media.call_figures import CallTimings
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
@@ -103,6 +103,7 @@ class CallAudioPath:
         vad_model: SileroVadModel | None = None,
         pause_on_onset: bool = True,  # False: no pause; the cancel waits for the minimum speech
         barge_in_min_speech_ms: float | None = None,  # None: turn_detection's min_speech_ms
+        barge_in_pause_threshold: float | None = None,  # None: pause_threshold(turn_detection's threshold)
         append_ms: float = 10.0,  # smallest append; a 20 ms caller frame goes out at once
         on_event: EventCallback | None = None,
         on_state: StateCallback | None = None,
@@ -122,6 +123,7 @@ class CallAudioPath:
         self._onset: CallerOnsetDetector | None = None
         self._pause_on_onset = pause_on_onset
         self._barge_in_min_speech_ms = barge_in_min_speech_ms
+        self._barge_in_pause_threshold = barge_in_pause_threshold
         self.gate = BargeInGate(self._barge_in_rules())
         self._on_event = on_event
         self._on_state = on_state
@@ -243,17 +245,18 @@ class CallAudioPath:
 
     def _barge_in_rules(self) -> BargeInRules:
         """The gate's rules are the session VAD's (threshold and its hysteresis, minimum speech)
-        over the onset detector's windows, so the edge pauses and confirms a barge-in where the
-        session's own turn detection would see the speech start. The silence that ends the
+        over the onset detector's windows, so the edge confirms a barge-in where the session's own
+        turn detection would see the speech start; it pauses on weaker windows (barge_in.py). The silence that ends the
         caller's speech over the agent stays the gate's own, shorter than the session's end-of-turn
         silence: a caller who stops and speaks again over a new reply barges in again."""
         try:
             vad = VadSettings.from_dict(self._turn_detection or {})
         except VadSettingsError:  # the session refuses it with a typed error; keep the defaults here
             vad = VadSettings()
-        min_speech = self._barge_in_min_speech_ms
+        min_speech, pause_at = self._barge_in_min_speech_ms, self._barge_in_pause_threshold
         return BargeInRules(
             threshold=vad.threshold,
+            pause_threshold=pause_threshold(vad.threshold) if pause_at is None else pause_at,
             release_threshold=release_threshold(vad.threshold),
             min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
             pause=self._pause_on_onset,
