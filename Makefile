@@ -97,8 +97,10 @@ run: install
 livekit-dev: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) -- --host $(HOST) --port $(PORT)
 
+# The whole suite runs as two pytest processes side by side (devtools/split_suite.py); with
+# PYTEST_ARGS, one pytest run of what they name.
 test: install-dev install-moshi omni-venv system-deps
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m $(if $(PYTEST_ARGS),pytest -q $(PYTEST_ARGS),devtools.split_suite -q)
 
 bench: install-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench
