@@ -50,6 +50,10 @@ class Script:
     fail_submit_at: int | None = None
     #: Speaker raises after this many words.
     fail_after_words: int | None = None
+    #: Speaker says this many words of each reply, then waits for ``released`` to say the rest: a
+    #: test holds a reply where it wants it on a signal, not on the pace of the words.
+    hold_after_words: int | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)
     #: Speaker reports itself this far behind real time on every word.
     lag_ms: float | None = None
     #: Continuous mode: quiet units before yielding the floor.
@@ -104,7 +108,9 @@ class SpeakerStage(PythonStage):
                 continue
             heard = str(payload.get("transcript", ""))
             reply = self.script.reply if self.script.reply is not None else f"you said {heard}"
-            for word in reply.split():
+            for said, word in enumerate(reply.split()):
+                if self.script.hold_after_words is not None and said >= self.script.hold_after_words:
+                    await self.script.released.wait()
                 if self.script.fail_after_words is not None and spoken >= self.script.fail_after_words:
                     raise RuntimeError("scripted speaker failure")
                 if self.script.word_delay_s:

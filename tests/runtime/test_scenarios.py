@@ -49,7 +49,8 @@ async def test_append_speak_audio_done(open_driver, transport):
 
 
 class SlowAbortEngine(InProcessEngine):
-    """Like a remote engine: an abort takes effect late, so old outputs keep arriving.
+    """Like a remote engine: an abort takes effect late, so old outputs keep arriving: it lands
+    only once the aborted request has yielded one more output.
 
     ``old_streams_ended`` is set once every stream of an aborted request has ended.
     """
@@ -60,14 +61,14 @@ class SlowAbortEngine(InProcessEngine):
         self.old_streams_ended = asyncio.Event()
 
     async def abort(self, request_ids):
-        ids = [i for i in request_ids if i in self._requests]
-        self.aborting.update(ids)
-        asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(InProcessEngine.abort(self, ids)))
+        self.aborting.update(i for i in request_ids if i in self._requests)
 
     async def outputs(self, request_id):
         try:
             async for output in super().outputs(request_id):
                 yield output
+                if request_id in self.aborting:
+                    await InProcessEngine.abort(self, [request_id])
         finally:
             if request_id in self.aborting:
                 self.aborting.discard(request_id)
@@ -77,7 +78,7 @@ class SlowAbortEngine(InProcessEngine):
 
 @TRANSPORTS
 async def test_barge_in_mid_response(open_driver, transport):
-    script = Script(word_delay_s=0.03)
+    script = Script(word_delay_s=0.03, hold_after_words=3)
     engine = SlowAbortEngine([ListenerStage(script), SpeakerStage(script)])
     driver, plugin, _ = await open_driver(script, transport=transport, engine=engine)
     await driver.send(MANUAL)
@@ -101,7 +102,9 @@ async def test_barge_in_mid_response(open_driver, transport):
     acknowledged, _ = await driver.until("playback.acknowledged")
     assert acknowledged["played_ms"] == 150
 
-    # Old-epoch outputs keep arriving until the late abort lands; none may reach the client.
+    # The model says on after the cancel: old-epoch outputs arrive until the late abort lands;
+    # none may reach the client.
+    script.released.set()
     # Once their streams ended, a marker sent now comes back next: nothing stale came before it.
     await asyncio.wait_for(engine.old_streams_ended.wait(), 5)
     await driver.send({"type": "input_dtmf", "digit": "5"})
@@ -211,7 +214,7 @@ async def test_admission_refuses_past_max_sessions(open_driver, transport):
 
 @TRANSPORTS
 async def test_pending_turns_backpressure(open_driver, transport):
-    script = Script(word_delay_s=0.05)
+    script = Script(word_delay_s=0.05, hold_after_words=0)  # the first turn's reply waits: no race with it
     driver, _, _ = await open_driver(script, transport=transport, limits=SessionLimits(max_pending_turns=1))
     await driver.send({"type": "session.update", "session": {"turn_detection": None, "overlap_policy": "listen"}})
     await driver.until("session.created")
@@ -223,6 +226,7 @@ async def test_pending_turns_backpressure(open_driver, transport):
     committed = [e for e in seen if e["type"] == "input_audio_buffer.committed"]
     assert len(committed) == 2
     # Both accepted turns are answered, in order.
+    script.released.set()
     first, _ = await driver.until("response.done", timeout=5)
     second, _ = await driver.until("response.done", timeout=5)
     assert first["status"] == second["status"] == "completed"
