@@ -16,8 +16,8 @@ transports pace it, so the figures are the worker's reaction without a transport
 network, no caller jitter buffer) and do not depend on the machine's load. Per clip: how
 many trials paused, resumed, cancelled; the pause as the caller heard it (the playout's own
 count, fade-out to fade-in) and from the clip's onset frame to the frame the reply came back
-in; what a resumed reply skipped (its ack against its length). Then held speech: onset frame
-to the first quiet frame. Then continuous noise (bad input): bursts all through a reply.
+in; what a resumed reply skipped (its ack against its length). Then held speech (a sentence and
+the other benches' four interruptions): onset frame to the first quiet frame. Then continuous noise (bad input): bursts all through a reply.
 
 Run: python -m bench.false_pauses [--offsets 4]
 """
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.direct_path import acoustic_onset
+from bench.livekit_callers import INTERRUPTIONS
 from bench.stats import spread
 from devtools.speech import speak, vocal_burst
 from duplex_agent.agent.models.vad import SileroVadModel
@@ -107,7 +108,7 @@ def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:
                    *((f"vocal burst {ms} ms", vocal_burst(ms)) for ms in (40, 48, 64, 80))],
         "backchannels": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("mm-hm", "yeah", "uh huh", "okay")],
         "background": [(f"room noise 2 s, {dbfs} dBFS", room_noise(2.0, dbfs)) for dbfs in (-50, -40, -30)],
-        "speech": [('"Hold on, wait a moment please." (Piper)', speak("Hold on, wait a moment please.", RATE))],
+        "speech": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("Hold on, wait a moment please.", *INTERRUPTIONS)],
     }
 
 
