@@ -246,9 +246,10 @@ class CallAudioPath:
     def _barge_in_rules(self) -> BargeInRules:
         """The gate's rules are the session VAD's (threshold and its hysteresis, minimum speech)
         over the onset detector's windows, so the edge confirms a barge-in where the session's own
-        turn detection would see the speech start; it pauses on weaker windows (barge_in.py). The silence that ends the
-        caller's speech over the agent stays the gate's own, shorter than the session's end-of-turn
-        silence: a caller who stops and speaks again over a new reply barges in again."""
+        turn detection would see the speech start; it pauses on weaker windows (barge_in.py). The
+        silence that ends the caller's speech over the agent stays the gate's own, shorter than the
+        session's end-of-turn silence: a caller who stops and speaks again over a new reply barges
+        in again."""
         try:
             vad = VadSettings.from_dict(self._turn_detection or {})
         except VadSettingsError:  # the session refuses it with a typed error; keep the defaults here
