@@ -2,7 +2,7 @@
 
 Each clip is played over a reply of Piper speech through the real call path (CallAudioPath,
 PlayoutQueue, the real Silero edge VAD), at 4 offsets against the VAD's 32 ms window grid,
-in three modes in the same run:
+in four modes in the same run:
 
 - ``pause``: the edge pauses at the first window over the pause threshold (0.3, under the
   session VAD's 0.5), then cancels once the speech holds (the session VAD's minimum speech,
@@ -17,7 +17,8 @@ network, no caller jitter buffer) and do not depend on the machine's load. Per c
 many trials paused, resumed, cancelled; the pause as the caller heard it (the playout's own
 count, fade-out to fade-in) and from the clip's onset frame to the frame the reply came back
 in; what a resumed reply skipped (its ack against its length). Then held speech (a sentence and
-the other benches' four interruptions): onset frame to the first quiet frame. Then continuous noise (bad input): bursts all through a reply.
+the other benches' four interruptions): onset frame to the first quiet frame. Then continuous
+noise (bad input): bursts all through a reply.
 
 Run: python -m bench.false_pauses [--offsets 4]
 """
@@ -58,6 +59,8 @@ AGENT_TEXT = "The ship sailed on across the grey sea while the crew sang the old
 LEAD_MS = 600.0  # the reply plays this long before the clip
 CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_samples=1600,
                           output_sample_rate=22050, max_sessions=1)
+#: The clip groups other than held speech: the pauses they make that resume are the false pauses.
+NOT_SPEECH = ("sounds", "backchannels", "background")
 MODES = {"pause": {"pause_on_onset": True}, "pause@.5": {"pause_on_onset": True, "barge_in_pause_threshold": 0.5},
          "no pause": {"pause_on_onset": False},
          "before": {"pause_on_onset": False, "barge_in_min_speech_ms": 32.0}}
@@ -237,10 +240,10 @@ async def run(offsets: int) -> None:
                     line += f"; skipped max {max(skipped):.1f} ms"
                 print(line, flush=True)
     print("\n== summary (share of trials that cancelled the reply; the pause as the caller heard it)")
-    for group in ("sounds", "backchannels", "background"):
+    for group in NOT_SPEECH:
         print(f"   {group:13} " + ", ".join(f"{m} {_share(totals[group][m])}" for m in MODES))
     for mode_name in ("pause", "pause@.5"):
-        paused = [t for group in ("sounds", "backchannels", "background") for t in totals[group][mode_name]]
+        paused = [t for group in NOT_SPEECH for t in totals[group][mode_name]]
         gaps = [g for t in paused for g in t.gaps_ms]
         back = [t.onset_to_resume_ms for t in paused if t.onset_to_resume_ms is not None]
         print(f"   {mode_name:8} false pauses: {sum(t.resumed for t in paused)} in {len(paused)} trials "
