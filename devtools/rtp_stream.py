@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from duplex_agent.webrtc.direct.libopus import OpusEncoder
+from duplex_agent.webrtc.direct.libopus import OpusDecoder, OpusEncoder
 from duplex_agent.webrtc.direct.receive_buffer import FRAME_SAMPLES, SAMPLE_RATE, ReceiveBuffer
 
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
@@ -40,6 +40,13 @@ def opus_packets(audio: np.ndarray, *, bitrate: int = 32000, expected_loss_perce
     return [RtpPacket((first_sequence + n) & 0xFFFF, (first_timestamp + n * FRAME_SAMPLES) & 0xFFFFFFFF,
                       encoder.encode(pcm[n * FRAME_SAMPLES:(n + 1) * FRAME_SAMPLES]), n * FRAME_S)
             for n in range(pcm.size // FRAME_SAMPLES)]
+
+
+def through_opus(audio: np.ndarray, *, bitrate: int = 32000) -> np.ndarray:
+    """``audio`` (float32, 48 kHz) as the callee hears it with no loss: encoded and decoded by
+    libopus, 20 ms a packet (padded to whole frames)."""
+    decoder = OpusDecoder()
+    return np.concatenate([decoder.decode(p.payload) for p in opus_packets(audio, bitrate=bitrate)])
 
 
 def deliver(packets: list[RtpPacket], *, delay_s: float = 0.01, jitter_s: float = 0.0, loss: float = 0.0,

@@ -33,7 +33,8 @@ def speak(text: str, rate: int = 16000, *, before_ms: float = 0.0, after_ms: flo
 
 def vocal_burst(ms: float, rate: int = 48000) -> np.ndarray:
     """A voiced grunt or throat-clear: the first ``ms`` of Piper's "ah", edges softened. At 48 ms,
-    one or two Silero windows over the threshold, never the four of the minimum speech."""
+    one or two Silero windows over the threshold as PCM, never the four of the minimum speech;
+    through Opus its ring-down scores as speech too, 40-60 dB down (``SPEECH_LEVEL_SPAN_DB``)."""
     ah = speak("ah", rate)
     start = int(np.flatnonzero(np.abs(ah) > 0.02)[0])
     n = int(rate * ms / 1000)

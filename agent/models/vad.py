@@ -22,10 +22,45 @@ logger = logging.getLogger("duplex_agent.models")
 
 VAD_RATE = 16000
 WINDOW_SAMPLES = 512  # samples per model call at 16 kHz (32 ms)
+#: Silero's state carries a speech score past the end of a sound: into the ~100 ms Opus's
+#: decoder lets a short sound ring on, 40-60 dB down, and into the silence after it. Through
+#: Opus a 48 ms grunt was four windows of "speech", the minimum speech, in some alignments
+#: (python -m bench.false_pauses --opus). So a window scored as speech adds to an onset only
+#: within this many dB of the onset's loudest window so far (further under, it neither adds
+#: nor ends it: a stop consonant's closure inside a word is as quiet), and a window under
+#: SILENCE_DBFS scores 0.
+SPEECH_LEVEL_SPAN_DB = 30.0
+SILENCE_DBFS = -70.0  # far under any microphone's noise floor: digital silence, a codec's rounding
 
 
 def to_int16(samples: np.ndarray) -> np.ndarray:
     return (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def level_db(window: np.ndarray) -> float:
+    """A window's RMS level in dB against full scale (-120 for digital silence)."""
+    return 10.0 * float(np.log10(float(np.dot(window, window)) / max(window.size, 1) + 1e-12))
+
+
+class OnsetLevel:
+    """The loudest window of an onset so far, and whether a window is loud enough to count
+    toward it (SPEECH_LEVEL_SPAN_DB)."""
+
+    def __init__(self) -> None:
+        self.peak_db: float | None = None
+
+    def counts(self, level: float) -> bool:
+        """Take one of the onset's windows scored as speech: whether it adds to the onset."""
+        self.peak_db = level if self.peak_db is None else max(self.peak_db, level)
+        return level >= self.peak_db - SPEECH_LEVEL_SPAN_DB
+
+    def hear(self, level: float) -> None:
+        """Take one of the onset's other windows (they may be its loudest)."""
+        if self.peak_db is not None:
+            self.peak_db = max(self.peak_db, level)
+
+    def reset(self) -> None:
+        self.peak_db = None
 
 
 class WindowScorer(Protocol):
@@ -145,12 +180,14 @@ class VadStream:
         self._scorer.reset()
         self._speaking = False
         self._onset_ms: float | None = None  # candidate onset while not yet speaking
+        self._onset_level = OnsetLevel()
         self._speech_run_ms = 0.0
         self._speech_end_ms = 0.0
         self._silence_run_ms = 0.0
         self._pause_window_ms = float(self.silence_duration_ms)
         self.last_probability = 0.0
         self.probabilities: list[float] = []  # one per window of the last push, for metering
+        self.levels: list[float] = []  # the same windows' levels (dBFS)
 
     @property
     def speaking(self) -> bool:
@@ -180,6 +217,7 @@ class VadStream:
         n_windows = audio.size // WINDOW_SAMPLES
         self._pending = audio[n_windows * WINDOW_SAMPLES :].copy()
         self.probabilities = []
+        self.levels = []
         events: list[VadEvent] = []
         for i in range(n_windows):
             event = self._step(audio[i * WINDOW_SAMPLES : (i + 1) * WINDOW_SAMPLES])
@@ -206,16 +244,22 @@ class VadStream:
         if prob is None:
             prob = self._scorer.probability(window)
             self.windows_scored += 1
+        level = level_db(window)
+        if level < SILENCE_DBFS:
+            prob = 0.0  # the network's state still hears the sound before (SPEECH_LEVEL_SPAN_DB)
         if self.scores_out is not None:
             self.scores_out.put(index, prob)
         self.last_probability = prob
         self.probabilities.append(prob)
+        self.levels.append(level)
         start_ms = self.position_ms
         self._windows_start += WINDOW_SAMPLES
         end_ms = self.position_ms
 
         if not self._speaking:
             if prob >= self.threshold:
+                if not self._onset_level.counts(level):
+                    return None  # a ring-down after a short sound (SPEECH_LEVEL_SPAN_DB)
                 if self._onset_ms is None:
                     self._onset_ms = start_ms
                 self._speech_run_ms += self.window_ms
@@ -227,6 +271,9 @@ class VadStream:
             elif prob < self.release_threshold:
                 self._onset_ms = None
                 self._speech_run_ms = 0.0
+                self._onset_level.reset()
+            else:
+                self._onset_level.hear(level)
             return None
 
         if prob >= self.release_threshold:
@@ -242,6 +289,7 @@ class VadStream:
     def _stop(self) -> VadEvent:
         self._speaking = False
         self._onset_ms = None
+        self._onset_level.reset()
         self._speech_run_ms = 0.0
         self._silence_run_ms = 0.0
         self._pause_window_ms = float(self.silence_duration_ms)

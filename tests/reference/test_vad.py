@@ -167,3 +167,45 @@ def test_settings_reject_bad_keys(d, key):
     with pytest.raises(ValueError, match=key) as info:
         VadSettings.from_dict(d)
     assert info.value.key == key
+
+
+class ScriptedScorer:
+    """Probabilities from a script, one per window: the stream's rules without the network."""
+
+    def __init__(self, script: list[float]) -> None:
+        self.script = list(script)
+
+    def probability(self, window: np.ndarray) -> float:
+        return self.script.pop(0)
+
+    def reset(self) -> None:
+        pass
+
+
+class ScriptedModel:
+    def __init__(self, script: list[float]) -> None:
+        self.script = script
+
+    def open_stream(self) -> ScriptedScorer:
+        return ScriptedScorer(self.script)
+
+
+def windows_at(levels_db: list[float]) -> np.ndarray:
+    """One 32 ms window of noise per level (dBFS RMS)."""
+    noise = np.random.default_rng(1).standard_normal((len(levels_db), 512))
+    noise /= np.sqrt(np.mean(noise**2, axis=1, keepdims=True))
+    return (noise * 10.0 ** (np.array(levels_db)[:, None] / 20.0)).astype(np.float32).reshape(-1)
+
+
+def test_windows_scored_as_speech_30_db_under_the_onsets_loudest_or_in_silence_are_not_speech():
+    """A grunt and the ring-down Opus lets follow it: windows Silero scores as speech, 40-60 dB
+    down, do not add to the onset; digital silence, which the network still hears the grunt in,
+    scores 0 and ends it."""
+    levels = [-20.0, -52.0, -56.0, -64.0, -100.0, -20.0, -25.0, -30.0]
+    stream = VadStream(ScriptedModel([0.9] * 8), min_speech_ms=100)
+    assert stream.push(windows_at(levels)) == [] and not stream.speaking
+    assert [round(level) for level in stream.levels] == [round(level) for level in levels]
+    assert stream.probabilities[4] == 0.0  # under SILENCE_DBFS, whatever the network scored
+    # the same scores at speech's own levels start speech at the first window
+    stream = VadStream(ScriptedModel([0.9, 0.9, 0.9, 0.9, 0.1]), min_speech_ms=100)
+    assert stream.push(windows_at([-20.0, -30.0, -40.0, -45.0, -90.0])) == [VadEvent("speech_started", 0.0)]

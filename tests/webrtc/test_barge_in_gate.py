@@ -126,3 +126,32 @@ def test_an_offset_grid_window_never_pauses_when_the_main_grid_would_not():
     assert feed(gate, [SPEECH, SPEECH, SPEECH, SPEECH], playing=False) == [None] * 4  # the caller's own speech
     assert half_step(gate, SPEECH) is None  # the agent plays now, over the caller's held speech
     assert half_step(BargeInGate(BargeInRules(pause=False)), SPEECH) is None
+
+
+def levelled(gate: BargeInGate, windows: list[tuple[float, float]]) -> list[Verdict | None]:
+    """Windows as (probability, level in dBFS)."""
+    return [gate.push(p, at=0.032 * i, agent_playing=True, reply="r1", level_db=level)
+            for i, (p, level) in enumerate(windows)]
+
+
+def test_windows_scored_as_speech_but_30_db_under_the_onsets_loudest_do_not_count_toward_it():
+    """Opus's ring-down after a grunt: Silero scores it as speech, 40-60 dB under the grunt."""
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    tail = [(SPEECH, -20.0), (SPEECH, -45.0), (SPEECH, -55.0), (SPEECH, -62.0), (QUIET, -80.0)]
+    # -45 is within the span and counts; the two under it neither count nor end the onset
+    assert levelled(gate, tail) == [Verdict.PAUSE, None, None, None, Verdict.RESUME]
+    # speech that stays within the span confirms at the minimum, even as it fades 25 dB
+    speech = [(SPEECH, -20.0), (SPEECH, -30.0), (SPEECH, -40.0), (SPEECH, -45.0)]
+    assert levelled(gate, speech) == [Verdict.PAUSE, None, None, Verdict.CONFIRM]
+
+
+def test_the_span_is_measured_from_the_loudest_window_so_far_and_a_new_onset_starts_afresh():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    # a soft first window, then a vowel 40 dB louder: both count (the peak was not known yet)
+    assert levelled(gate, [(SPEECH, -60.0), (SPEECH, -20.0), (HOVER, -10.0), (SPEECH, -45.0)]) == [
+        Verdict.PAUSE, None, None, None]  # the hover window raised the peak to -10: -45 does not count
+    assert levelled(gate, [(SPEECH, -38.0), (SPEECH, -39.0)]) == [None, Verdict.CONFIRM]
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    assert levelled(gate, [(SPEECH, -10.0), (QUIET, -80.0)]) == [Verdict.PAUSE, Verdict.RESUME]
+    # the next onset is judged against its own loudest window, not the last one's
+    assert levelled(gate, [(SPEECH, -50.0)] * 4) == [Verdict.PAUSE, None, None, Verdict.CONFIRM]

@@ -23,7 +23,7 @@ REPLY_S = 4
 
 def burst_48ms() -> np.ndarray:
     """48 ms of Piper's "ah" at 48 kHz (``vocal_burst``): one or two Silero windows over the
-    threshold, never the four of the minimum speech (at every alignment to the 32 ms window grid)."""
+    threshold, and the ring-down Opus adds well under the onset's level (test_opus_ring_down.py)."""
     try:
         return vocal_burst(48.0)
     except Exception as exc:  # the voice is a wheel the machine may lack

@@ -12,7 +12,9 @@ often scores a speech onset's first window (an "s", a breath before a vowel) bet
 Windows of the onset detector's offset grid (``half_step``, 16 ms after each main one) only
 pause sooner. Both kinds of window that may pause but not count as speech start a candidate
 while the agent plays, with no speech counted; the main grid's windows over the session's
-threshold alone grow it and confirm it, as the session's VAD sees them.
+threshold alone grow it and confirm it, as the session's VAD sees them: those within
+``SPEECH_LEVEL_SPAN_DB`` of the candidate's loudest window (Silero scores a codec's ring-down
+after a short sound as speech; the VAD scores digital silence 0).
 A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
@@ -34,7 +36,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from duplex_agent.agent.models.vad import VAD_RATE, WINDOW_SAMPLES
+from duplex_agent.agent.models.vad import VAD_RATE, WINDOW_SAMPLES, OnsetLevel
 
 #: Pauses a reply may have for sounds that did not hold, before onsets stop pausing it.
 MAX_FALSE_PAUSES = 3
@@ -81,6 +83,7 @@ class BargeInGate:
         self.rules = rules or BargeInRules()
         self._candidate_ms: float | None = None  # speech in the candidate so far; None: no candidate
         self._candidate_age_ms = 0.0
+        self._candidate_level = OnsetLevel()
         self._over_agent = False  # the candidate began while the agent's audio played
         self._speech_silence_ms: float | None = None  # in the caller's held speech: its silence so far
         self.paused = False
@@ -89,9 +92,10 @@ class BargeInGate:
         self._false_pauses = 0  # in _reply
 
     def push(self, probability: float, *, at: float, agent_playing: bool, reply: str | None,
-             half_step: bool = False) -> Verdict | None:
+             half_step: bool = False, level_db: float | None = None) -> Verdict | None:
         """One window: its speech probability, when it arrived, whether the agent's audio plays
-        (and barge-in applies), the reply being heard, and whether it is an offset grid's window."""
+        (and barge-in applies), the reply being heard, whether it is an offset grid's window, and
+        its level (dBFS; None: every window over the threshold counts)."""
         rules = self.rules
         if reply != self._reply and reply is not None:
             self._reply, self._false_pauses = reply, 0
@@ -107,6 +111,9 @@ class BargeInGate:
             if probability < rules.threshold:
                 return self._early_pause(probability, at, agent_playing)
             self._candidate_ms = self._candidate_age_ms = rules.window_ms
+            self._candidate_level.reset()
+            if level_db is not None:
+                self._candidate_level.counts(level_db)
             self._over_agent = agent_playing
             self.onset_at = at
             if self._candidate_ms >= rules.min_speech_ms:
@@ -119,12 +126,15 @@ class BargeInGate:
             return Verdict.PAUSE
         self._candidate_age_ms += rules.window_ms
         if probability >= rules.threshold:
-            self._candidate_ms += rules.window_ms
-            if self._candidate_ms >= rules.min_speech_ms:
-                return self._confirm()
+            if level_db is None or self._candidate_level.counts(level_db):
+                self._candidate_ms += rules.window_ms
+                if self._candidate_ms >= rules.min_speech_ms:
+                    return self._confirm()
         elif probability < rules.release_threshold:
             self._candidate_ms = None
             return self._false_pause()
+        elif level_db is not None:
+            self._candidate_level.hear(level_db)
         if self.paused and self._candidate_age_ms >= rules.max_pause_ms:
             return self._false_pause()
         return None
@@ -137,6 +147,7 @@ class BargeInGate:
                 or not agent_playing or not rules.pause or self._false_pauses >= rules.max_false_pauses):
             return None  # the main grid's windows judge these as before (and count a withheld onset once)
         self._candidate_ms = self._candidate_age_ms = 0.0
+        self._candidate_level.reset()
         self._over_agent = True
         self.onset_at = at
         self.paused = True

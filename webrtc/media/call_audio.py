@@ -221,7 +221,7 @@ class CallAudioPath:
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         pausable = self.gate.rules.pause and self._barges_in() and self._mid_reply()
         for window in self._onset.push(samples, sample_rate, arrived_at, half_step=pausable):
-            self._judge(window.probability, window.arrived_at, half_step=window.half_step)
+            self._judge(window.probability, window.arrived_at, half_step=window.half_step, level_db=window.level_db)
 
         if self._input_resampler is None or self._input_resampler.in_rate != sample_rate:
             self._input_resampler = StreamingResampler(sample_rate, self._caps.input_sample_rate, quality=RESAMPLE_QUALITY)
@@ -263,11 +263,11 @@ class CallAudioPath:
             pause=self._pause_on_onset,
         )
 
-    def _judge(self, probability: float, window_at: float, *, half_step: bool) -> None:
+    def _judge(self, probability: float, window_at: float, *, half_step: bool, level_db: float | None) -> None:
         """One VAD window of caller audio: pause, resume or barge in (barge_in.py)."""
         playing = self._barges_in() and self._mid_reply()
         verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
-                                 reply=self.playout.current_response_id, half_step=half_step)
+                                 reply=self.playout.current_response_id, half_step=half_step, level_db=level_db)
         if verdict is Verdict.PAUSE:
             if self.output.pause():
                 self.pauses += 1

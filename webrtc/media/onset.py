@@ -18,6 +18,7 @@ class ScoredWindow:
     arrived_at: float  # perf_counter time the frame holding the window's first sample arrived
     end_ms: float  # where the window ends on the call's input timeline (16 kHz samples in, as ms)
     half_step: bool = False  # a window of the offset grid: it may start a pause, not weigh in a verdict
+    level_db: float | None = None  # the window's RMS level (dBFS)
 
 
 class CallerOnsetDetector:
@@ -83,5 +84,5 @@ class CallerOnsetDetector:
             self.half_step_windows_scored += vad.windows_scored - scored_before
         first_ms = 1000.0 * origin / VAD_RATE + vad.position_ms - self.window_ms * len(vad.probabilities)
         return [ScoredWindow(p, self.arrivals.arrival_of(first_ms + i * self.window_ms) or arrived_at,
-                             first_ms + (i + 1) * self.window_ms, half_step)
-                for i, p in enumerate(vad.probabilities)]
+                             first_ms + (i + 1) * self.window_ms, half_step, level)
+                for i, (p, level) in enumerate(zip(vad.probabilities, vad.levels, strict=True))]
