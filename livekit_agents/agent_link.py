@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from livekit.agents import llm
@@ -45,17 +46,34 @@ def _aec_warmup_left_at_default(session: AgentSession) -> bool:
         session.options.aec_warmup_duration == default
 
 
+@dataclass
+class _Burst:
+    """One generation of the adapter: its message, the response its audio carries, the room's view.
+
+    One response is one burst, unless the adapter ended it for a frame that came 0.8 s late (a
+    stalled loop): the response then goes on in a later burst, and each burst's message holds
+    its own stretch of the words."""
+
+    message_id: str
+    response_id: str
+    segment: RoomSegment
+    from_ms: float = 0.0  # where its stretch of the response begins (after the bursts before it)
+    after_end: bool = False  # an earlier burst of its response ended it (a cut, a skip)
+
+
 class AgentSessionLink:
     """One duplex session's view of its AgentSession: interrupt, room positions, heard history."""
 
     def __init__(self, duplex: llm.DuplexSession, *, response_of_burst: Callable[[], str | None],
-                 on_room_played: Callable[[str, float, bool], str | None]) -> None:
+                 on_room_played: Callable[[str, float, bool, float], str | None]) -> None:
         self._duplex = duplex
         self._response_of_burst = response_of_burst
         self._on_room_played = on_room_played
         self.session: AgentSession | None = None
-        # (message id, response id, the room's view of it), in playback order
-        self._bursts: deque[tuple[str, str, RoomSegment]] = deque()
+        self._bursts: deque[_Burst] = deque()  # in playback order
+        self._last_response: str | None = None  # the response of the newest burst
+        #: the response the newest burst goes on with, once an earlier burst of it ended
+        self.reopened: str | None = None
         self._heard: dict[str, str] = {}  # message id -> what the caller heard of it, once cut
 
     def find(self, explicit: list[AgentSession]) -> AgentSession | None:
@@ -112,31 +130,44 @@ class AgentSessionLink:
 
     def frame_handed(self, response_id: str, duration_s: float, response_played_ms: float) -> None:
         """A frame of ``response_id`` went to the adapter inside its burst."""
-        if self._bursts and self._bursts[-1][1] == response_id:
-            self._bursts[-1][2].frame_handed(duration_s, response_played_ms)
+        if self._bursts and self._bursts[-1].response_id == response_id:
+            self._bursts[-1].segment.frame_handed(duration_s, response_played_ms)
 
     def _on_generation_created(self, ev: llm.GenerationCreatedEvent) -> None:
         # the adapter opens a burst while our gate reports the response its frame carries
         response_id = self._response_of_burst()
         if ev.response_id and response_id is not None:
-            self._bursts.append((ev.response_id, response_id, RoomSegment()))
+            if response_id == self._last_response:
+                self.reopened = response_id
+            self._last_response = response_id
+            self._bursts.append(_Burst(ev.response_id, response_id, RoomSegment()))
 
     def _on_playback_progressed(self, ev: Any) -> None:
         if self._bursts:  # the room plays its segments in order: the oldest open one
-            self._bursts[0][2].progressed(ev.offset, ev.duration)
+            self._bursts[0].segment.progressed(ev.offset, ev.duration)
 
     def _on_playback_finished(self, ev: Any) -> None:
         if not self._bursts:
             return
-        message_id, response_id, segment = self._bursts.popleft()
+        burst = self._bursts.popleft()
+        later = [b for b in self._bursts if b.response_id == burst.response_id]
+        heard_ms = burst.segment.heard_ms(ev.playback_position)
         # a stretch the room skipped (its queue dropped at a pause) was not heard: the heard text
         # ends where it began, as for a cut, though AgentSession takes the reply as played out
-        heard = self._on_room_played(response_id, segment.heard_ms(ev.playback_position),
-                                     ev.interrupted or segment.skipped)
+        cut = ev.interrupted or burst.segment.skipped
+        if burst.after_end:
+            heard: str | None = ""
+        elif later and not cut:  # the response goes on in the next burst, which reports its end
+            later[0].from_ms = heard_ms
+            return
+        else:
+            for b in later:
+                b.after_end = True
+            heard = self._on_room_played(burst.response_id, heard_ms, cut, burst.from_ms)
         if heard is not None:
             # read next by the generation that waits for this playout: its message's text
             ev.synchronized_transcript = heard
-            self._heard[message_id] = heard
+            self._heard[burst.message_id] = heard
 
     def _on_item_added(self, ev: Any) -> None:
         item = ev.item

@@ -114,6 +114,9 @@ class DuplexAgentSession(llm.DuplexSession):
         self._ready = asyncio.Event()  # the path is running (or the session failed to open)
         self._words = HeardWords()
         self._response_start_ms: dict[str, float] = {}  # response -> its first frame on our clock
+        #: response -> where the adapter's later burst of it began on our clock: its words from
+        #: then on start there at the earliest, or the adapter takes them for the earlier burst's
+        self._burst_start_ms: dict[str, float] = {}
         self._cut: dict[str, None] = {}  # responses cut short, oldest first
         self._frame_response: str | None = None  # the response the last frame carried
         self._link = AgentSessionLink(self, response_of_burst=lambda: self._gate.open_for,
@@ -298,6 +301,10 @@ class DuplexAgentSession(llm.DuplexSession):
             for frame in self._frames_for(pcm, response, timeline_ms - FRAME_MS):
                 yield frame
             if response is not None:  # after the adapter has opened the frame's burst
+                if self._link.reopened == response:  # it ended an earlier burst of it (agent_link.py)
+                    self._link.reopened = None
+                    # just past that burst's end: the adapter's test for a word too late for it is "<="
+                    self._burst_start_ms[response] = timeline_ms - FRAME_MS + 1.0
                 self._link.frame_handed(response, FRAME_S, path.playout.played_ms(response))
                 self._emit_heard(response)
 
@@ -328,11 +335,13 @@ class DuplexAgentSession(llm.DuplexSession):
         if path is None or response_id in self._cut:
             return
         origin = self._response_start_ms.get(response_id, 0.0)
+        burst_start = self._burst_start_ms.get(response_id, 0.0)
         heard = self._words.take_rest(response_id) if to_the_end else \
             self._words.take_heard(response_id, path.playout.played_ms(response_id))
         for word in heard:
+            start = max(origin + word.start_ms, burst_start)
             self.emit("transcript_delta", DuplexOutputTranscriptDelta(
-                text=word.text + " ", start_ms=int(origin + word.start_ms), end_ms=int(origin + word.end_ms)))
+                text=word.text + " ", start_ms=int(start), end_ms=int(max(origin + word.end_ms, start))))
 
     # ---- the AgentSession ----
 
@@ -377,8 +386,9 @@ class DuplexAgentSession(llm.DuplexSession):
             self._room_paused = False
             self._unpaced_ticks = 0
 
-    def _room_played(self, response_id: str, played_ms: float, interrupted: bool) -> str | None:
-        """The room output finished a burst: ack at its position; for a cut one, the heard text."""
+    def _room_played(self, response_id: str, played_ms: float, interrupted: bool, burst_from_ms: float) -> str | None:
+        """The room output finished a response (its burst from ``burst_from_ms`` of it on): ack
+        at its position; for a cut one, the heard text of that burst."""
         if self._conversation is not None:
             self._conversation.room_played(response_id, played_ms)
         if self._path is not None:  # as the ack says: the room cannot have played more than we handed it
@@ -388,12 +398,15 @@ class DuplexAgentSession(llm.DuplexSession):
             heard = self._words.heard_text(response_id, played_ms)
             self.cut_replies.append(CutReply(response_id, heard, self._said.get(response_id, ""), played_ms))
             del self.cut_replies[:-_CUT_KEPT]
+            # the bursts before it hold the words before (agent_link.py)
+            heard = heard[len(self._words.heard_text(response_id, burst_from_ms)):].lstrip()
         self._forget(response_id)
         return heard
 
     def _forget(self, response_id: str) -> None:
         self._words.forget(response_id)
         self._response_start_ms.pop(response_id, None)
+        self._burst_start_ms.pop(response_id, None)
         self._said.pop(response_id, None)
 
     # ---- the conversation's events ----

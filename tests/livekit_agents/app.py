@@ -2,6 +2,7 @@
 
 Configured by the environment: DUPLEX_TEST_URL (a duplex websocket) or DUPLEX_TEST_PLUGIN and
 DUPLEX_TEST_OPTIONS (JSON) for in_process; DUPLEX_TEST_SESSION (JSON) the model's ``session``;
+DUPLEX_TEST_STALL_S blocks the job's loop that long once, in the first reply;
 DUPLEX_TEST_ATTACH=1 builds the AgentSession outside the job's context (livekit-agents sees no
 job), named to the model with ``attach`` as an app that runs sessions itself does; every history item, error and close goes to the JSON
 lines file DUPLEX_TEST_RECORD, for the test to read.
@@ -13,6 +14,7 @@ import asyncio
 import contextvars
 import json
 import os
+import time
 
 from livekit import agents
 from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
@@ -53,6 +55,23 @@ async def entrypoint(ctx: agents.JobContext) -> None:
         await _run_session(ctx, attach=False)
 
 
+_stalled: set[str] = set()
+
+
+def _stall_once(room: str, loop: asyncio.AbstractEventLoop, ev, stall_s: float) -> None:
+    """DUPLEX_TEST_STALL_S: 0.5 s into the agent's first reply the job's loop is blocked that
+    long, as a loaded machine blocks it."""
+    if ev.new_state != "speaking" or room in _stalled:
+        return
+    _stalled.add(room)
+
+    def stall() -> None:
+        time.sleep(stall_s)
+        _record(room, "stalled", seconds=stall_s)
+
+    loop.call_later(0.5, stall)
+
+
 async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     room = ctx.room.name
     session = AgentSession(llm=MODEL, aec_warmup_duration=None)
@@ -83,6 +102,8 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
                                     ctx.shutdown("the agent session closed")))
     closed = asyncio.Event()
     session.on("close", lambda ev: closed.set())
+    if stall_s := float(os.environ.get("DUPLEX_TEST_STALL_S", "0")):
+        session.on("agent_state_changed", lambda ev: _stall_once(room, loop, ev, stall_s))
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
     duplex = session.current_agent.duplex_session
     duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))

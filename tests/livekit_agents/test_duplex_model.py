@@ -318,3 +318,29 @@ async def test_in_process_tiny_moshi_is_cut_by_barge_in_and_its_history_is_what_
     assert first["response_id"] != second["response_id"], (first, second)
     await wait_for(lambda: worker.records("close", room), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
+
+
+async def test_a_reply_through_a_stalled_loop_keeps_every_word_in_history_in_order(livekit_server, start_app):
+    """The job's loop blocked 1.2 s mid-reply (a loaded machine): livekit-agents' adapter ends its
+    burst after 0.8 s without a frame, and the rest of the reply plays as a second burst. The
+    history keeps all of the reply, in order, split where the adapter split it (before, only the
+    words before the stall were kept; test_pieces.py has the acks and a cut in the second burst)."""
+    worker = await start_app(DUPLEX_TEST_PLUGIN="reference", DUPLEX_TEST_STALL_S="1.2")
+    room = "room-stall"
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("alice", room))
+    await caller.join()
+    try:
+        assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
+        await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
+        await caller.say_and_listen(QUESTION, timeout=90)
+        await wait_for(lambda: worker.records("stalled", room), 30, "the stall in the reply")
+        expected = words("You said: " + QUESTION)
+        await wait_for(lambda: sum(len(words(r["text"])) for r in _assistant(worker, room)) >= len(expected),
+                       60, "the reply's words in history")
+        messages = _assistant(worker, room)
+        assert len(messages) >= 2, messages  # the adapter did split it (a loaded machine may add a split)
+        assert [w for r in messages for w in words(r["text"])] == expected, messages
+        assert not any(r["interrupted"] for r in messages), messages
+    finally:
+        await caller.leave()
+    assert not worker.records("error"), worker.records("error")

@@ -402,7 +402,7 @@ async def test_a_reply_the_room_skipped_into_keeps_in_history_only_what_came_bef
 
     played: list[tuple[str, float, bool]] = []
 
-    def on_room_played(response_id: str, played_ms: float, cut: bool) -> str | None:
+    def on_room_played(response_id: str, played_ms: float, cut: bool, burst_from_ms: float) -> str | None:
         played.append((response_id, played_ms, cut))
         return "You said:" if cut else None
 
@@ -422,3 +422,71 @@ async def test_a_reply_the_room_skipped_into_keeps_in_history_only_what_came_bef
     message = llm.ChatMessage(id="m1", role="assistant", content=["You said: Please book a table tonight."])
     link._on_item_added(SimpleNamespace(item=message))
     assert message.text_content == "You said:"
+
+
+async def test_a_reply_the_adapter_split_in_two_is_acked_once_at_its_end_and_each_message_keeps_its_own_words():
+    """A frame 0.8 s late (a stalled loop) makes the adapter end its burst mid-reply: the rest of
+    the response plays in a second burst, with a message of its own."""
+    from types import SimpleNamespace
+
+    from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackProgressedEvent
+
+    for cut in (False, True):
+        model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+        session: DuplexAgentSession = model.session()
+        acks: list[tuple[str, float]] = []
+        session._conversation = SimpleNamespace(room_played=lambda rid, ms: acks.append((rid, ms)))
+        session._words.add_marks("r1", MARKS)  # "You said:" 0-800 ms, "Please book a table tonight." -2800
+        session._gate.open_for = "r1"
+        link = session._link
+        for message_id, frames in (("m1", range(12)), ("m2", range(12, 28))):  # r1's 0-1200 ms, then 1200-2800
+            link._on_generation_created(llm.GenerationCreatedEvent(
+                message_stream=None, function_stream=None, user_initiated=False, response_id=message_id))
+            for n in frames:
+                link.frame_handed("r1", 0.1, 100.0 * (n + 1))
+        link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.0, duration=1.2))
+        first = PlaybackFinishedEvent(playback_position=1.2, interrupted=False)
+        link._on_playback_finished(first)
+        assert acks == [] and first.synchronized_transcript is None  # the response goes on
+        # the second burst: played out, or cut by the caller 0.6 s in (1800 ms of r1)
+        end_s = 0.6 if cut else 1.6
+        link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.0, duration=end_s))
+        second = PlaybackFinishedEvent(playback_position=end_s, interrupted=cut)
+        link._on_playback_finished(second)
+        assert acks == [("r1", pytest.approx(1800.0 if cut else 2800.0))]  # once, where the caller stopped hearing it
+        if cut:
+            # the reply as acknowledged: everything heard from its start; the second message: its own words only
+            assert session.cut_replies[-1].heard == text_heard_by([TextMark(**m) for m in MARKS], 1800.0)
+            assert session.cut_replies[-1].heard.startswith("You said: Please")
+            assert second.synchronized_transcript == session.cut_replies[-1].heard.removeprefix(
+                text_heard_by([TextMark(**m) for m in MARKS], 1200.0)).strip()
+            assert second.synchronized_transcript and "said" not in second.synchronized_transcript
+        else:
+            assert second.synchronized_transcript is None and not session.cut_replies
+        session._conversation = None
+        await session.aclose()
+
+
+async def test_a_split_reply_whose_first_burst_was_cut_short_reports_once_and_its_later_burst_heard_nothing():
+    from livekit.agents.voice.io import PlaybackFinishedEvent, PlaybackProgressedEvent
+
+    from duplex_agent.livekit_agents.agent_link import AgentSessionLink
+
+    played: list[tuple[str, float, bool, float]] = []
+
+    def on_room_played(response_id: str, played_ms: float, cut: bool, burst_from_ms: float) -> str | None:
+        played.append((response_id, played_ms, cut, burst_from_ms))
+        return "You said:"
+
+    link = AgentSessionLink(object(), response_of_burst=lambda: "r1", on_room_played=on_room_played)
+    for message_id, frames in (("m1", range(10)), ("m2", range(10, 20))):
+        link._on_generation_created(llm.GenerationCreatedEvent(
+            message_stream=None, function_stream=None, user_initiated=False, response_id=message_id))
+        for n in frames:
+            link.frame_handed("r1", 0.1, 100.0 * (n + 1))
+    link._on_playback_progressed(PlaybackProgressedEvent(started_at=0.0, offset=0.0, duration=0.3))
+    link._on_playback_finished(PlaybackFinishedEvent(playback_position=0.5, interrupted=True))
+    later = PlaybackFinishedEvent(playback_position=1.0, interrupted=False)
+    link._on_playback_finished(later)
+    assert played == [("r1", pytest.approx(300.0), True, 0.0)]  # once: the cut is the response's end
+    assert later.synchronized_transcript == ""  # nothing of it counts as heard
