@@ -49,7 +49,7 @@ def decisions(audio: np.ndarray, lead: int, *, offset_grid: bool) -> tuple[int, 
         frame = signal[k * FRAME_SAMPLES : (k + 1) * FRAME_SAMPLES]
         for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=offset_grid):
             verdict = gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
-                                half_step=window.half_step)
+                                half_step=window.half_step, level_db=window.level_db)
             if verdict is Verdict.PAUSE and paused is None:
                 paused = k
             if verdict is Verdict.CONFIRM:
@@ -72,7 +72,7 @@ def pause_ms(audio: np.ndarray, lead: int, frame_samples: int, pause_at: float) 
         frame = signal[k * frame_samples : (k + 1) * frame_samples]
         for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=True):
             verdict = gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
-                                half_step=window.half_step)
+                                half_step=window.half_step, level_db=window.level_db)
             if verdict is Verdict.PAUSE:
                 return 1000.0 * ((k + 1) * frame_samples - onset) / SAMPLE_RATE
     raise RuntimeError("the interruption never paused")
