@@ -54,7 +54,13 @@ BARGE_IN_LATENCY_MS = Histogram(
     buckets=_LATENCY_BUCKETS_MS, registry=REGISTRY,
 )
 BARGE_IN_PAUSES = Counter(
-    "duplex_barge_in_pauses", "Agent replies paused at the first VAD window (32 ms) of caller sound over them",
+    "duplex_barge_in_pauses",
+    "Agent replies paused at the first sign of caller sound over them: a VAD window (32 ms) or a rise in level (10 ms)",
+    registry=REGISTRY,
+)
+BARGE_IN_LEVEL_PAUSES = Counter(
+    "duplex_barge_in_level_pauses",
+    "Of the pauses, those a rise in the caller's level made before any VAD window scored the sound",
     registry=REGISTRY,
 )
 BARGE_IN_FALSE_PAUSES = Counter(

@@ -2,12 +2,14 @@
 
 Each clip is played over a reply of Piper speech through the real call path (CallAudioPath,
 PlayoutQueue, the real Silero edge VAD), at 4 offsets against the VAD's 32 ms window grid,
-in four modes in the same run:
+in five modes in the same run:
 
-- ``pause``: the edge pauses at the first window over the pause threshold (0.3, under the
-  session VAD's 0.5), then cancels once the speech holds (the session VAD's minimum speech,
-  100 ms) or resumes;
-- ``pause@.5``: the same with the pause at the session VAD's threshold (the rule before);
+- ``pause``: the edge pauses at the first rise in the caller's level (a 10 ms block over -40 dBFS,
+  15 dB over the caller's background: level_onset.py) or the first window over the pause
+  threshold (0.3, under the session VAD's 0.5), then cancels once the speech holds (the session
+  VAD's minimum speech, 100 ms) or resumes;
+- ``VAD only``: the same without the level rule (the rule before it);
+- ``pause@.5``: the same as ``VAD only`` with the pause at the session VAD's threshold;
 - ``no pause``: the same confirm rule with pausing off (``pause_on_onset=False``);
 - ``before``: the edge rule before the pause: no pause, cancel at the first window (32 ms).
 
@@ -68,7 +70,8 @@ CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_sampl
                           output_sample_rate=22050, max_sessions=1)
 #: The clip groups other than held speech: the pauses they make that resume are the false pauses.
 NOT_SPEECH = ("sounds", "backchannels", "background")
-MODES = {"pause": {"pause_on_onset": True}, "pause@.5": {"pause_on_onset": True, "barge_in_pause_threshold": 0.5},
+MODES = {"pause": {"pause_on_onset": True}, "VAD only": {"pause_on_onset": True, "pause_on_level": False},
+         "pause@.5": {"pause_on_onset": True, "pause_on_level": False, "barge_in_pause_threshold": 0.5},
          "no pause": {"pause_on_onset": False},
          "before": {"pause_on_onset": False, "barge_in_min_speech_ms": 32.0}}
 
@@ -252,7 +255,7 @@ async def run(offsets: int, opus: bool) -> None:
     print("\n== summary (share of trials that cancelled the reply; the pause as the caller heard it)")
     for group in NOT_SPEECH:
         print(f"   {group:13} " + ", ".join(f"{m} {_share(totals[group][m])}" for m in MODES))
-    for mode_name in ("pause", "pause@.5"):
+    for mode_name in ("pause", "VAD only", "pause@.5"):
         paused = [t for group in NOT_SPEECH for t in totals[group][mode_name]]
         gaps = [g for t in paused for g in t.gaps_ms]
         back = [t.onset_to_resume_ms for t in paused if t.onset_to_resume_ms is not None]
@@ -280,7 +283,7 @@ def main() -> None:
     parser.add_argument("--offsets", type=int, default=4, help="clip offsets against the 32 ms VAD window grid")
     parser.add_argument("--opus", action="store_true", help="the caller's track through an Opus encoder and decoder")
     args = parser.parse_args()
-    print("== false pauses: sounds over the agent through the call path, four edge rules in one run ==", flush=True)
+    print("== false pauses: sounds over the agent through the call path, five edge rules in one run ==", flush=True)
     asyncio.run(run(args.offsets, args.opus))
 
 

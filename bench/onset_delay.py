@@ -57,24 +57,28 @@ def decisions(audio: np.ndarray, lead: int, *, offset_grid: bool) -> tuple[int, 
     raise RuntimeError("the interruption never confirmed")
 
 
-def pause_ms(audio: np.ndarray, lead: int, frame_samples: int, pause_at: float) -> float:
+def pause_ms(audio: np.ndarray, lead: int, frame_samples: int, pause_at: float, *, by_level: bool) -> float:
     """Onset sample -> the end of the ``frame_samples`` frame the (two-grid) pause is decided on, in
-    ms, with windows at or over ``pause_at`` pausing."""
+    ms, with windows at or over ``pause_at`` pausing, and a rise in the level too if ``by_level``."""
     from bench.livekit_callers import SAMPLE_RATE, acoustic_onset
     from duplex_agent.agent.models.vad import SileroVadModel
     from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict
+    from duplex_agent.webrtc.media.level_onset import LevelOnset
     from duplex_agent.webrtc.media.onset import CallerOnsetDetector
 
-    signal = np.concatenate([np.zeros(lead, np.float32), audio])
+    signal = np.concatenate([np.full(lead, 1e-4, np.float32), audio])  # a quiet line's floor, -80 dBFS
     onset = lead + acoustic_onset(audio)
     detector, gate = CallerOnsetDetector(SileroVadModel.shared()), BargeInGate(BargeInRules(pause_threshold=pause_at))
+    level = LevelOnset()
     for k in range(signal.size // frame_samples):
         frame = signal[k * frame_samples : (k + 1) * frame_samples]
-        for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=True):
-            verdict = gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
-                                half_step=window.half_step, level_db=window.level_db)
-            if verdict is Verdict.PAUSE:
-                return 1000.0 * ((k + 1) * frame_samples - onset) / SAMPLE_RATE
+        verdicts = [gate.push(window.probability, at=window.arrived_at, agent_playing=True, reply="r",
+                              half_step=window.half_step, level_db=window.level_db)
+                    for window in detector.push(frame, SAMPLE_RATE, float(k), half_step=True)]
+        if level.push(frame, SAMPLE_RATE) and by_level:  # after the frame's windows, as the call path does
+            verdicts.append(gate.push_level_onset(at=float(k), agent_playing=True, reply="r"))
+        if Verdict.PAUSE in verdicts:
+            return 1000.0 * ((k + 1) * frame_samples - onset) / SAMPLE_RATE
     raise RuntimeError("the interruption never paused")
 
 
@@ -83,7 +87,7 @@ def floor_ms(audio: np.ndarray, lead: int) -> float:
     from bench.livekit_callers import SAMPLE_RATE, acoustic_onset
     from bench.livekit_echo_agent import ONSET_RMS
 
-    signal = np.concatenate([np.zeros(lead, np.float32), audio])
+    signal = np.concatenate([np.full(lead, 1e-4, np.float32), audio])
     onset, frame = lead + acoustic_onset(audio), SAMPLE_RATE // 100
     for k in range(signal.size // frame):
         if float(np.sqrt(np.mean(signal[k * frame : (k + 1) * frame] ** 2))) > ONSET_RMS:
@@ -108,18 +112,21 @@ def by_frame_size(sizes: list[int], pause_thresholds: list[float], alignments: i
 
     rng = np.random.default_rng(40)
     floor: list[float] = []
-    ours: dict[tuple[float, int], list[float]] = {(at, size): [] for at in pause_thresholds for size in sizes}
+    ours: dict[tuple[bool, float, int], list[float]] = {
+        (by_level, at, size): [] for by_level in (False, True) for at in pause_thresholds for size in sizes}
     for text in INTERRUPTIONS:
         audio = speak(text, SAMPLE_RATE)
         for lead in rng.integers(SAMPLE_RATE // 5, SAMPLE_RATE, alignments):
             floor.append(floor_ms(audio, int(lead)))
-            for at, size in ours:
-                ours[at, size].append(pause_ms(audio, int(lead), SAMPLE_RATE * size // 1000, at))
+            for by_level, at, size in ours:
+                ours[by_level, at, size].append(
+                    pause_ms(audio, int(lead), SAMPLE_RATE * size // 1000, at, by_level=by_level))
     print(f"the pause after the onset sample, to the end of the frame it is decided on ({len(floor)} onsets)")
     print(f"  LiveKit floor (10 ms frames, -40 dBFS): {spread_ms('', floor)}")
-    for (at, size), ms in ours.items():
+    for (by_level, at, size), ms in ours.items():
         beyond = [a - b for a, b in zip(ms, floor)]
-        print(f"  two grids, pause at {at:.2f}, {size} ms frames: {spread_ms('', ms)}; "
+        rule = "level rise + two grids" if by_level else "two grids alone      "
+        print(f"  {rule}, pause at {at:.2f}, {size} ms frames: {spread_ms('', ms)}; "
               f"beyond the floor {spread_ms('', beyond)}")
 
 

@@ -155,3 +155,50 @@ def test_the_span_is_measured_from_the_loudest_window_so_far_and_a_new_onset_sta
     assert levelled(gate, [(SPEECH, -10.0), (QUIET, -80.0)]) == [Verdict.PAUSE, Verdict.RESUME]
     # the next onset is judged against its own loudest window, not the last one's
     assert levelled(gate, [(SPEECH, -50.0)] * 4) == [Verdict.PAUSE, None, None, Verdict.CONFIRM]
+
+
+def level_onset(gate: BargeInGate, *, playing: bool = True, reply: str = "r1", at: float = 0.0) -> Verdict | None:
+    return gate.push_level_onset(at=at, agent_playing=playing, reply=reply)
+
+
+def test_a_rise_in_the_callers_level_pauses_before_any_window_and_the_main_windows_count_the_speech():
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    assert level_onset(gate, at=3.01) is Verdict.PAUSE
+    assert gate.paused and gate.onset_at == 3.01
+    assert level_onset(gate) is None and half_step(gate, SPEECH) is None  # one candidate: no second pause
+    assert levelled(gate, [(SPEECH, -20.0)] * 4) == [None, None, None, Verdict.CONFIRM]
+
+
+def test_a_level_pause_holds_through_loud_windows_scored_as_not_speech_for_the_grace_then_resumes():
+    """An "s" before a vowel: Silero scores its windows low while it is loud."""
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0, level_grace_ms=96.0))
+    assert level_onset(gate) is Verdict.PAUSE
+    # two loud windows scored low are inside the grace; the vowel's four windows confirm
+    assert levelled(gate, [(QUIET, -30.0), (QUIET, -30.0)] + [(SPEECH, -20.0)] * 4) == [None] * 5 + [Verdict.CONFIRM]
+    # a loud sound Silero never calls speech (a cough) resumes at its first low window past the grace
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0, level_grace_ms=96.0))
+    assert level_onset(gate) is Verdict.PAUSE
+    assert levelled(gate, [(QUIET, -25.0)] * 4) == [None, None, Verdict.RESUME, None]
+
+
+def test_a_level_pause_resumes_at_the_first_quiet_window_and_counts_toward_the_bound():
+    """A knock that has died away: the grace is for loud windows only."""
+    gate = BargeInGate(BargeInRules(max_false_pauses=1))
+    assert level_onset(gate) is Verdict.PAUSE
+    assert levelled(gate, [(QUIET, -70.0)]) == [Verdict.RESUME]
+    assert level_onset(gate) is None  # past the bound: no pause for this reply
+    assert level_onset(gate, reply="r2") is Verdict.PAUSE  # a new reply gets its pauses back
+
+
+def test_a_level_onset_pauses_only_where_a_window_could():
+    assert level_onset(BargeInGate(), playing=False) is None  # no agent audio to pause
+    assert level_onset(BargeInGate(BargeInRules(pause=False))) is None
+    assert level_onset(BargeInGate(BargeInRules(level_onset=False))) is None
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0, silence_ms=96.0))
+    assert feed(gate, [SPEECH] * 4, playing=False) == [None] * 4  # the caller's own speech
+    assert level_onset(gate) is None  # the agent plays now, over the caller's held speech
+    # a candidate a window began is not taken over: windows under the release drop it as before
+    gate = BargeInGate(BargeInRules(min_speech_ms=100.0))
+    assert half_step(gate, SPEECH) is Verdict.PAUSE
+    assert level_onset(gate) is None
+    assert levelled(gate, [(QUIET, -30.0)]) == [Verdict.RESUME]

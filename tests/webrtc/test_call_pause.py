@@ -198,7 +198,7 @@ class HalfSureVadModel(EnergyVadModel):
 @pytest.mark.parametrize("threshold, pauses, cancels", [(0.5, True, True), (0.7, True, False), (0.9, False, False)])
 async def test_the_onset_thresholds_follow_the_sessions_turn_detection(threshold, pauses, cancels):
     conversation = FakeConversation(CAPS)
-    path = CallAudioPath(conversation, vad_model=HalfSureVadModel(),
+    path = CallAudioPath(conversation, vad_model=HalfSureVadModel(), pause_on_level=False,  # the windows' rule alone
                          turn_detection={"type": "server_vad", "threshold": threshold})
     await path.start()
     await reply(conversation, path, 2000)
@@ -207,4 +207,47 @@ async def test_the_onset_thresholds_follow_the_sessions_turn_detection(threshold
     paced(path, SPEECH + [QUIET] * 3)
     assert bool(conversation.sent_of(ResponseCancel)) is cancels  # held at 0.6: a barge-in only at threshold <= 0.6
     assert path.false_pauses == int(pauses and not cancels)  # not speech at 0.7: the quiet resumes it
+    await path.close()
+
+
+SOFT = np.full(960, 0.03, dtype=np.float32) * np.sign(np.sin(np.arange(960) / 5)).astype(np.float32)  # -30 dBFS
+
+
+async def test_a_rise_in_the_callers_level_pauses_on_its_first_frame_and_the_vad_still_judges_it():
+    """A -30 dBFS sound: over the level rule, under the (energy) VAD's speech: paused on the frame it
+    arrives in, before any window, and resumed once the windows have had their grace, nothing skipped."""
+    conversation, path = await open_call()
+    before = counter("duplex_barge_in_level_pauses")
+    await reply(conversation, path, 1000)
+    heard = paced(path, [QUIET] * 5 + [SOFT])
+    assert path.playout.paused and path.pauses == path.level_pauses == 1
+    assert not heard[-1][-600:].any()  # the frame answering the sound's first frame faded out
+    assert counter("duplex_barge_in_level_pauses") == before + 1
+    heard += paced(path, [SOFT] * 10)  # loud but never speech: resumed after the grace (96 ms of windows)
+    assert not path.playout.paused and path.false_pauses == 1
+    assert 0 < path.figures.last("false_pause_ms") <= 160.0
+    until_played(path)
+    assert conversation.sent_of(PlaybackAck)[0].played_ms == pytest.approx(1000.0)
+    assert not conversation.sent_of(ResponseCancel)
+    await path.close()
+
+
+async def test_held_speech_after_a_level_pause_cancels_and_without_the_level_rule_the_vad_pauses_later():
+    conversation, path = await open_call()
+    await reply(conversation, path, 1000)
+    paced(path, [QUIET] * 5 + [SOFT])
+    paced(path, SPEECH)
+    assert path.level_pauses == 1 and path.barge_ins == 1 and path.false_pauses == 0
+    assert conversation.sent_of(ResponseCancel)[0].reason == "barge_in"
+    # acked at what was played: 5 frames and the fade-out, in the frame answering the sound's first
+    assert conversation.sent_of(PlaybackAck)[0].played_ms == pytest.approx(5 * 20.0 + 5.0)
+    await path.close()
+
+    conversation, path = await open_call(pause_on_level=False)
+    await reply(conversation, path, 1000)
+    paced(path, [QUIET] * 5 + [SOFT] * 3)
+    assert not path.playout.paused and path.pauses == 0  # the VAD does not call it speech
+    paced(path, SPEECH)
+    assert path.level_pauses == 0 and path.barge_ins == 1
+    assert conversation.sent_of(PlaybackAck)[0].played_ms > 8 * 20.0
     await path.close()

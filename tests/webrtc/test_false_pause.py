@@ -48,6 +48,7 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
               f"pause lengths {path.figures.recent('false_pause_ms')} ms")
         assert not conversation.sent_of(ResponseCancel)
         assert path.pauses >= 1 and path.false_pauses == path.pauses
+        assert path.level_pauses >= 1  # through Opus, heard by its rise in level before a VAD window
         assert ack.response_id == "talk" and ack.played_ms == pytest.approx(1000.0 * REPLY_S)  # nothing skipped
         # The caller heard the reply: every 20 ms of it but the pauses' (each at most a few frames).
         reply_frames = 50 * REPLY_S

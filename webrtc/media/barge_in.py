@@ -17,6 +17,13 @@ threshold alone grow it and confirm it, as the session's VAD sees them: those wi
 after a short sound as speech; the VAD scores digital silence 0).
 A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
 
+Sooner still, a rise in the caller's level (``level_onset.py``, 10 ms blocks, as the bare echo
+peers hear an onset) pauses the agent before any window is scored (``push_level_onset``). Silero
+scores the first windows of many onsets low (an "s", a breath), so such a pause is not dropped by
+windows under the release threshold while they are loud (over the level rule's ``ONSET_DBFS``)
+and younger than ``level_grace_ms``: a knock that has died away resumes at its first quiet
+window, an "s" before a vowel holds the pause until the vowel's windows count as speech.
+
 Continuous noise must not make the agent stutter: after ``max_false_pauses`` false pauses in
 one reply, onsets over that reply no longer pause it (``WITHHELD``); held speech still cancels
 it. A reply the caller was already talking over when it began (the caller's speech had not
@@ -37,6 +44,7 @@ import enum
 from dataclasses import dataclass
 
 from duplex_agent.agent.models.vad import VAD_RATE, WINDOW_SAMPLES, OnsetLevel
+from duplex_agent.webrtc.media.level_onset import ONSET_DBFS
 
 #: Pauses a reply may have for sounds that did not hold, before onsets stop pausing it.
 MAX_FALSE_PAUSES = 3
@@ -46,6 +54,9 @@ MAX_PAUSE_MS = 256.0
 #: --pause-thresholds: the onset stage's p95 beyond the floor, 40 ms frames, is 80 ms at 0.5, 50 at
 #: 0.3, and no lower at 0.2; python -m bench.false_pauses prices it in false pauses).
 PAUSE_MARGIN = 0.2
+#: How long a pause the caller's level began holds against windows Silero scores as not speech
+#: while the sound stays loud: three windows, past the 75 ms "s" of "Sorry" (bench.onset_delay).
+LEVEL_GRACE_MS = 96.0
 
 
 def pause_threshold(threshold: float) -> float:
@@ -74,6 +85,8 @@ class BargeInRules:
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES
     max_pause_ms: float = MAX_PAUSE_MS
+    level_onset: bool = True  # False: only Silero's windows pause
+    level_grace_ms: float = LEVEL_GRACE_MS
 
 
 class BargeInGate:
@@ -85,6 +98,7 @@ class BargeInGate:
         self._candidate_age_ms = 0.0
         self._candidate_level = OnsetLevel()
         self._over_agent = False  # the candidate began while the agent's audio played
+        self._by_level = False  # the candidate began at a rise in the caller's level
         self._speech_silence_ms: float | None = None  # in the caller's held speech: its silence so far
         self.paused = False
         self.onset_at: float | None = None  # the candidate's first window (the caller's clock)
@@ -111,6 +125,7 @@ class BargeInGate:
             if probability < rules.threshold:
                 return self._early_pause(probability, at, agent_playing)
             self._candidate_ms = self._candidate_age_ms = rules.window_ms
+            self._by_level = False
             self._candidate_level.reset()
             if level_db is not None:
                 self._candidate_level.counts(level_db)
@@ -130,7 +145,7 @@ class BargeInGate:
                 self._candidate_ms += rules.window_ms
                 if self._candidate_ms >= rules.min_speech_ms:
                     return self._confirm()
-        elif probability < rules.release_threshold:
+        elif probability < rules.release_threshold and not self._level_grace(level_db):
             self._candidate_ms = None
             return self._false_pause()
         elif level_db is not None:
@@ -139,6 +154,22 @@ class BargeInGate:
             return self._false_pause()
         return None
 
+    def push_level_onset(self, *, at: float, agent_playing: bool, reply: str | None) -> Verdict | None:
+        """A rise in the caller's level (``LevelOnset``) that arrived ``at``: a pause, at most."""
+        if not self.rules.level_onset:
+            return None
+        if reply != self._reply and reply is not None:
+            self._reply, self._false_pauses = reply, 0
+        verdict = self._early_pause(1.0, at, agent_playing)
+        if verdict is Verdict.PAUSE:
+            self._by_level = True
+        return verdict
+
+    def _level_grace(self, level_db: float | None) -> bool:
+        """Whether a window under the release threshold leaves a pause the caller's level began alone."""
+        return (self._by_level and self._candidate_age_ms < self.rules.level_grace_ms
+                and (level_db is None or level_db >= ONSET_DBFS))
+
     def _early_pause(self, probability: float, at: float, agent_playing: bool) -> Verdict | None:
         """A window that may pause but not count as speech (the offset grid's, or one between the
         pause threshold and the threshold): a pause, at most, with no speech in the candidate yet."""
@@ -146,6 +177,7 @@ class BargeInGate:
         if (self._speech_silence_ms is not None or self._candidate_ms is not None or probability < rules.pause_threshold
                 or not agent_playing or not rules.pause or self._false_pauses >= rules.max_false_pauses):
             return None  # the main grid's windows judge these as before (and count a withheld onset once)
+        self._by_level = False
         self._candidate_ms = self._candidate_age_ms = 0.0
         self._candidate_level.reset()
         self._over_agent = True

@@ -5,7 +5,8 @@ in with ``push_caller_frame`` and pull paced 20 ms frames out with ``next_frame`
 
 Caller side: resample to the model's input rate and append; score each 32 ms VAD
 window at the edge (while the agent speaks on two grids, a window ending every 16 ms: onset.py), and on caller sound over agent audio (overlap policy "barge_in")
-pause the playout at the first window over the threshold, then, once the speech holds
+pause the playout at the first rise in the caller's level (level_onset.py) or the first window
+over the pause threshold, then, once the speech holds
 (the minimum speech), clear it, cancel the response and acknowledge what was heard, or,
 if it does not hold, resume where it paused (barge_in.py says which).
 Agent side: audio deltas go to the call's ``AgentAudioOutput`` (agent_output.py: resample,
@@ -26,6 +27,7 @@ import numpy as np
 
 from duplex_agent.agent.metrics import (
     BARGE_IN_FALSE_PAUSES,
+    BARGE_IN_LEVEL_PAUSES,
     BARGE_IN_PAUSES,
     BARGE_IN_PAUSES_WITHHELD,
     BARGE_INS_CONFIRMED,
@@ -53,6 +55,7 @@ from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioO
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict, pause_threshold
 from duplex_agent.webrtc.media.call_figures import CallTimings
 from duplex_agent.webrtc.media.latency import LatencyFigures
+from duplex_agent.webrtc.media.level_onset import LevelOnset
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
 from duplex_agent.webrtc.media.playout import ChunkStarted, PlayoutQueue
 
@@ -102,6 +105,7 @@ class CallAudioPath:
         turn_detection: dict[str, Any] | None = None,
         vad_model: SileroVadModel | None = None,
         pause_on_onset: bool = True,  # False: no pause; the cancel waits for the minimum speech
+        pause_on_level: bool = True,  # False: only the VAD's windows pause, not a rise in the caller's level
         barge_in_min_speech_ms: float | None = None,  # None: turn_detection's min_speech_ms
         barge_in_pause_threshold: float | None = None,  # None: pause_threshold(turn_detection's threshold)
         append_ms: float = 10.0,  # smallest append; a 20 ms caller frame goes out at once
@@ -122,6 +126,8 @@ class CallAudioPath:
         self._vad_model = vad_model
         self._onset: CallerOnsetDetector | None = None
         self._pause_on_onset = pause_on_onset
+        self._pause_on_level = pause_on_level
+        self._level = LevelOnset()
         self._barge_in_min_speech_ms = barge_in_min_speech_ms
         self._barge_in_pause_threshold = barge_in_pause_threshold
         self.gate = BargeInGate(self._barge_in_rules())
@@ -157,6 +163,7 @@ class CallAudioPath:
 
         self.barge_ins = 0
         self.pauses = 0
+        self.level_pauses = 0  # of the pauses, those a rise in the caller's level made
         self.false_pauses = 0
         self.pauses_withheld = 0
         self.state = "listening"
@@ -222,6 +229,14 @@ class CallAudioPath:
         pausable = self.gate.rules.pause and self._barges_in() and self._mid_reply()
         for window in self._onset.push(samples, sample_rate, arrived_at, half_step=pausable):
             self._judge(window.probability, window.arrived_at, half_step=window.half_step, level_db=window.level_db)
+        # After the frame's windows: those that ended before the sound began are not its to judge.
+        if self._level.push(samples, sample_rate) and pausable:
+            pauses = self.pauses
+            self._act_on(self.gate.push_level_onset(at=arrived_at, agent_playing=True,
+                                                    reply=self.playout.current_response_id), arrived_at)
+            if self.pauses > pauses:
+                self.level_pauses += 1
+                BARGE_IN_LEVEL_PAUSES.inc()
 
         if self._input_resampler is None or self._input_resampler.in_rate != sample_rate:
             self._input_resampler = StreamingResampler(sample_rate, self._caps.input_sample_rate, quality=RESAMPLE_QUALITY)
@@ -261,6 +276,7 @@ class CallAudioPath:
             release_threshold=release_threshold(vad.threshold),
             min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
             pause=self._pause_on_onset,
+            level_onset=self._pause_on_level,
         )
 
     def _judge(self, probability: float, window_at: float, *, half_step: bool, level_db: float | None) -> None:
@@ -268,6 +284,9 @@ class CallAudioPath:
         playing = self._barges_in() and self._mid_reply()
         verdict = self.gate.push(probability, at=window_at, agent_playing=playing,
                                  reply=self.playout.current_response_id, half_step=half_step, level_db=level_db)
+        self._act_on(verdict, window_at)
+
+    def _act_on(self, verdict: Verdict | None, window_at: float) -> None:
         if verdict is Verdict.PAUSE:
             if self.output.pause():
                 self.pauses += 1
@@ -405,6 +424,7 @@ class CallAudioPath:
             "definitions": FIGURE_DEFINITIONS,
             "barge_ins": self.barge_ins,
             "false_pauses": self.false_pauses,
+            "level_pauses": self.level_pauses,
             "underruns": self.playout.underruns,
             "queued_ms": round(self.playout.queued_ms, 1),
         }
