@@ -16,6 +16,8 @@ onset, so a sound that goes on is one onset, not one per block. A sound stays lo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: Over this a block may be an onset: the bare echo peers' rule (an RMS of 0.01).
@@ -50,10 +52,10 @@ class LevelOnset:
         if not whole:
             return False
         blocks = audio[:whole].reshape(-1, block)
-        levels = 10.0 * np.log10(np.einsum("ij,ij->i", blocks, blocks) / block + 1e-12)
         onset = False
         rise_per_block = BACKGROUND_RISE_DB_PER_S * BLOCK_MS / 1000.0
-        for level in np.maximum(levels, _FLOOR_DB).tolist():
+        for energy in np.einsum("ij,ij->i", blocks, blocks).tolist():  # a few blocks: scalar math is cheaper
+            level = max(10.0 * math.log10(energy / block + 1e-12), _FLOOR_DB)
             background = level if self.background_db is None else self.background_db
             slack = HYSTERESIS_DB if self._loud else 0.0
             loud = level >= ONSET_DBFS - slack and level >= background + RISE_DB - slack
