@@ -68,3 +68,17 @@ async def test_held_speech_through_opus_still_cancels_the_reply(offset_ms):
         assert conversation.sent_of(ResponseCancel) and path.barge_ins == 1
     finally:
         await path.close()
+
+
+@pytest.mark.parametrize("text", ["Sorry, one thing.", "mm-hm", "Hold on."])
+@pytest.mark.parametrize("offset_ms", OFFSETS_MS[::4])
+async def test_speech_through_opus_is_paused_once_and_cancels_with_no_resume_between(text, offset_ms):
+    """The level rule pauses on the onset's frame (where no window of that frame did); Silero scores
+    the first windows of many words low (the "s" of "Sorry"), and the pause holds through them: no
+    resume and pause again, a stutter (without the grace, 4 of these 12 did)."""
+    conversation, path = await call_with(voice(lambda: speak(text, 48000)), offset_ms)
+    try:
+        assert path.pauses == 1 and path.false_pauses == 0
+        assert conversation.sent_of(ResponseCancel) and path.barge_ins == 1
+    finally:
+        await path.close()
