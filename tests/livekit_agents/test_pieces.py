@@ -490,3 +490,35 @@ async def test_a_split_reply_whose_first_burst_was_cut_short_reports_once_and_it
     link._on_playback_finished(later)
     assert played == [("r1", pytest.approx(300.0), True, 0.0)]  # once: the cut is the response's end
     assert later.synchronized_transcript == ""  # nothing of it counts as heard
+
+
+async def test_a_knock_over_the_agent_does_not_pause_it_here_as_it_would_on_our_own_transports():
+    """A false pause costs this path words (the room output's dropped queue is skipped, and history
+    keeps only what came before): so a rise in the caller's level alone does not pause it."""
+    from bench.false_pauses import knock as knock_of
+    from duplex_agent.agent.models.vad import SileroVadModel
+    from duplex_agent.webrtc.media.call_audio import CallAudioPath
+
+    knock = np.concatenate([np.zeros(4800, np.float32), knock_of(40.0), np.zeros(9600, np.float32)])  # the VAD: not speech
+    frames = [(np.clip(knock[i : i + 960], -1, 1) * 32767).astype(np.int16) for i in range(0, knock.size - 959, 960)]
+
+    model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
+    session = DuplexAgentSession(model, SessionPlan(InProcessBackend("scripted", {})), gate=ResponseGate())
+    await session._update_session(instructions="hi")
+    await asyncio.wait_for(session._ready.wait(), 120)
+    session._path.playout.capture(np.full(96000, 0.1, np.float32), "r1")  # the agent is speaking
+    for frame in frames:
+        session.push_audio(rtc.AudioFrame(frame.tobytes(), 48000, 1, 960))
+    assert session._path.pauses == 0 and not session._path.playout.paused
+    await session.aclose()
+
+    # the same frames over a reply on the direct and LiveKit transports' path: paused by the level rule
+    from tests.webrtc.fakes import CAPS, FakeConversation
+
+    path = CallAudioPath(FakeConversation(CAPS), vad_model=SileroVadModel.shared())
+    await path.start()
+    path.playout.capture(np.full(96000, 0.1, np.float32), "r1")
+    for frame in frames:
+        path.push_caller_frame(frame.astype(np.float32) / 32768.0, 48000)
+    assert path.level_pauses == 1
+    await path.close()
