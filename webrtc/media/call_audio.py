@@ -230,7 +230,7 @@ class CallAudioPath:
         for window in self._onset.push(samples, sample_rate, arrived_at, half_step=pausable):
             self._judge(window.probability, window.arrived_at, half_step=window.half_step, level_db=window.level_db)
         # After the frame's windows: those that ended before the sound began are not its to judge.
-        if self._level.push(samples, sample_rate) and pausable:
+        if self._pause_on_level and self._level.push(samples, sample_rate) and pausable:
             pauses = self.pauses
             self._act_on(self.gate.push_level_onset(at=arrived_at, agent_playing=True,
                                                     reply=self.playout.current_response_id), arrived_at)
@@ -286,7 +286,8 @@ class CallAudioPath:
                                  reply=self.playout.current_response_id, half_step=half_step, level_db=level_db)
         self._act_on(verdict, window_at)
 
-    def _act_on(self, verdict: Verdict | None, window_at: float) -> None:
+    def _act_on(self, verdict: Verdict | None, at: float) -> None:
+        """Carry out the gate's verdict on caller sound that arrived ``at``."""
         if verdict is Verdict.PAUSE:
             if self.output.pause():
                 self.pauses += 1
@@ -302,7 +303,7 @@ class CallAudioPath:
         elif verdict is Verdict.CONFIRM:
             paused_at = self._timings.take_pause_heard_at()
             if self._barges_in() and (self._mid_reply() or self.playout.paused):
-                self._barge_in(self.gate.onset_at or window_at, silent_at=paused_at)
+                self._barge_in(self.gate.onset_at or at, silent_at=paused_at)
 
     def _mid_reply(self) -> bool:
         """The agent's audio plays, or a reply that has started playing waits for its next audio
