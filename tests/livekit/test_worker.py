@@ -92,8 +92,6 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     assert figures, worker.log()[-2000:]
     barge_ins, false_pauses = map(int, figures.groups())
     assert false_pauses >= 1 and barge_ins >= 1  # the grunts paused the reply, then the words cut it
-    level_pauses = re.search(r"call figures: .*'level_pauses': (\d+)", worker.log())
-    assert level_pauses and int(level_pauses.group(1)) >= 1  # heard by their rise in level, before a VAD window
 
 
 async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):

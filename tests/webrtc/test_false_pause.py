@@ -48,7 +48,6 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
               f"pause lengths {path.figures.recent('false_pause_ms')} ms")
         assert not conversation.sent_of(ResponseCancel)
         assert path.pauses >= 1 and path.false_pauses == path.pauses
-        assert path.level_pauses >= 1  # through Opus, heard by its rise in level before a VAD window
         assert ack.response_id == "talk" and ack.played_ms == pytest.approx(1000.0 * REPLY_S)  # nothing skipped
         # The caller heard the reply: every 20 ms of it but the pauses' (each at most a few frames).
         reply_frames = 50 * REPLY_S
@@ -61,3 +60,25 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
         await client.close()
         await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
+
+
+async def test_a_knock_over_the_agent_pauses_it_by_its_level_alone_and_the_caller_hears_the_whole_reply(host_address):
+    """A knock Silero never scores as speech, from a real aiortc caller through Opus: only the level
+    rule can pause the reply for it, and the reply resumes with nothing skipped."""
+    from bench.false_pauses import knock
+
+    quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
+    caller = np.concatenate([quiet(1.0), knock(40.0), quiet(1.0), knock(40.0), quiet(REPLY_S)])
+    backend = HumBackend(REPLY_S, done=True)
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(caller))
+    try:
+        await client.connect(http)
+        await wait_for(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
+                       "the reply to play out")
+        path = app[WEBRTC_PEERS].sessions[client.pc_id].audio
+        assert not backend.conversations[0].sent_of(ResponseCancel)
+        assert path.level_pauses >= 1 and path.false_pauses == path.pauses == path.level_pauses
+        assert backend.conversations[0].sent_of(PlaybackAck)[0].played_ms == pytest.approx(1000.0 * REPLY_S)
+    finally:
+        await client.close()
