@@ -2,6 +2,8 @@
 Silero edge VAD: the reply pauses, resumes, and the caller hears all of it. Real speech over the
 agent still cancels it (test_peer.py)."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -30,10 +32,12 @@ def burst_48ms() -> np.ndarray:
         pytest.skip(f"Piper voice not available: {exc}")
 
 
-async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_whole_reply(host_address):
-    burst = burst_48ms()
+@contextlib.asynccontextmanager
+async def reply_with(host_address, sound: np.ndarray):
+    """A real aiortc caller that makes ``sound`` twice over a REPLY_S reply (two tries at a pause):
+    (the conversation, the call path, the caller) once the reply has played out."""
     quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
-    caller = np.concatenate([quiet(1.0), burst, quiet(1.0), burst, quiet(REPLY_S)])  # two tries at a pause
+    caller = np.concatenate([quiet(1.0), sound, quiet(1.0), sound, quiet(REPLY_S)])
     backend = HumBackend(REPLY_S, done=True)
     http, app = await serve(backend, host_address)
     client = ClientPeer(host_address, frames_of(caller))
@@ -41,8 +45,15 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
         await client.connect(http)
         await wait_for(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
                        "the reply to play out")
-        conversation = backend.conversations[0]
-        path = app[WEBRTC_PEERS].sessions[client.pc_id].audio
+        yield backend.conversations[0], app[WEBRTC_PEERS].sessions[client.pc_id].audio, client
+    finally:
+        await client.close()
+        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()
+
+
+async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_whole_reply(host_address):
+    async with reply_with(host_address, burst_48ms()) as (conversation, path, client):
         ack = conversation.sent_of(PlaybackAck)[0]
         print(f"pauses {path.pauses}, false pauses {path.false_pauses}, "
               f"pause lengths {path.figures.recent('false_pause_ms')} ms")
@@ -56,10 +67,6 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
         loud = [i for i, level in enumerate(levels) if level > 0.02]
         gaps = [b - a - 1 for a, b in zip(loud, loud[1:]) if b - a > 1]
         assert gaps and max(gaps) <= 16  # the pause (at most 256 ms unconfirmed), heard as a gap
-    finally:
-        await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
-        await http.close()
 
 
 async def test_a_knock_over_the_agent_pauses_it_by_its_level_alone_and_the_caller_hears_the_whole_reply(host_address):
@@ -67,18 +74,7 @@ async def test_a_knock_over_the_agent_pauses_it_by_its_level_alone_and_the_calle
     rule can pause the reply for it, and the reply resumes with nothing skipped."""
     from bench.false_pauses import knock
 
-    quiet = lambda s: np.full(int(48000 * s), 1e-4, dtype=np.float32)  # noqa: E731
-    caller = np.concatenate([quiet(1.0), knock(40.0), quiet(1.0), knock(40.0), quiet(REPLY_S)])
-    backend = HumBackend(REPLY_S, done=True)
-    http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(caller))
-    try:
-        await client.connect(http)
-        await wait_for(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
-                       "the reply to play out")
-        path = app[WEBRTC_PEERS].sessions[client.pc_id].audio
-        assert not backend.conversations[0].sent_of(ResponseCancel)
+    async with reply_with(host_address, knock(40.0)) as (conversation, path, _):
+        assert not conversation.sent_of(ResponseCancel)
         assert path.level_pauses >= 1 and path.false_pauses == path.pauses == path.level_pauses
-        assert backend.conversations[0].sent_of(PlaybackAck)[0].played_ms == pytest.approx(1000.0 * REPLY_S)
-    finally:
-        await client.close()
+        assert conversation.sent_of(PlaybackAck)[0].played_ms == pytest.approx(1000.0 * REPLY_S)

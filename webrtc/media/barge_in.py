@@ -111,8 +111,7 @@ class BargeInGate:
         (and barge-in applies), the reply being heard, whether it is an offset grid's window, and
         its level (dBFS; None: every window over the threshold counts)."""
         rules = self.rules
-        if reply != self._reply and reply is not None:
-            self._reply, self._false_pauses = reply, 0
+        self._follow_reply(reply)
         if half_step:
             return self._early_pause(probability, at, agent_playing)
         if self._speech_silence_ms is not None:  # the caller is talking: nothing starts until they stop
@@ -158,12 +157,16 @@ class BargeInGate:
         """A rise in the caller's level (``LevelOnset``) that arrived ``at``: a pause, at most."""
         if not self.rules.level_onset:
             return None
-        if reply != self._reply and reply is not None:
-            self._reply, self._false_pauses = reply, 0
+        self._follow_reply(reply)
         verdict = self._early_pause(1.0, at, agent_playing)
         if verdict is Verdict.PAUSE:
             self._by_level = True
         return verdict
+
+    def _follow_reply(self, reply: str | None) -> None:
+        """A new reply gets its false pauses back."""
+        if reply != self._reply and reply is not None:
+            self._reply, self._false_pauses = reply, 0
 
     def _level_grace(self, level_db: float | None) -> bool:
         """Whether a window under the release threshold leaves a pause the caller's level began alone."""
