@@ -13,8 +13,9 @@ printed: when the held speech confirms the barge-in (the cancel), which the offs
 at the 8 frame phases against the grid (20 ms frames and 32 ms windows meet every 160 ms),
 instead of at random sample offsets, as a live caller's onsets fall.
 
-``--frame-ms 20,40``: also the pause with the caller's audio in frames of each size (the LiveKit
-worker reads 40 ms frames, ``CALLER_FRAME_MS``; the direct path gets 20 ms packets), counted in
+``--frame-ms 20,40``: also the pause with the caller's audio in frames of each size (both
+workers read 20 ms frames: the direct path's packets, the LiveKit worker's ``CALLER_FRAME_MS``,
+which was 40 for CPU), counted in
 ms from the onset sample to the end of the frame the pause is decided on (when the worker has
 that frame), beside the LiveKit floor's rule on the same audio: the first 10 ms frame whose level
 passes -40 dBFS (``bench.livekit_echo_agent``).

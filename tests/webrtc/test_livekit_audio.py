@@ -139,10 +139,74 @@ async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with
     # The pause was asked with 20 frames handed; the queue's two went back (what plays after the
     # resume starts where the caller stopped hearing), so it counts 18 frames and the fade played.
     assert taken_back_to_ms == pytest.approx(18 * 20 + FADE_SAMPLES / 48, abs=0.01)
+    _assert_heard_once_in_order(heard, reply)
+    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
+
+
+@pytest.mark.parametrize("frames_per_capture", [1, 2])
+async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_frame_in_flight_included(
+        frames_per_capture):
+    """The call path's pause (``on_paused``) comes between the sender's captures: the source's
+    queue, with the capture still waiting, goes back to the playout then, not when that capture
+    returns; the caller hears the reply once, in order, across the pause."""
+    reply = 48000
+    playout = PlayoutQueue()
+    playout.capture(_coded_reply(reply), "r1")
+    playout.flush("r1")
+    heard: list[np.ndarray] = []
+    loud_frames = silent_run = 0
+    asked: dict[str, float] = {}
+    gap_seen = asyncio.Event()
+    finished: list[PlaybackFinished] = []
+
+    def next_frame() -> np.ndarray:
+        frame = playout.next_frame()
+        finished.extend(p for p in playout.take_progress() if isinstance(p, PlaybackFinished))
+        return frame
+
+    async with looped_back("take-back-at-once", queue_size_ms=40) as (source, stream):
+
+        async def read() -> None:
+            nonlocal loud_frames, silent_run
+            async for frame in stream:
+                samples = np.frombuffer(frame.data, dtype=np.int16)
+                heard.append(samples)
+                loud_frames += bool(samples.any())
+                silent_run = 0 if samples.any() else silent_run + 1
+                if loud_frames == 15 and not asked:  # the reader's moment, not the sender's
+                    handed_ms, held = 20.0 * playout.frames_out, source.held_ms()
+                    assert playout.pause()
+                    source.take_back(playout)
+                    asked.update(handed_ms=handed_ms, held=held, played=playout.played_ms("r1"),
+                                 held_after=source.held_ms())
+                if silent_run >= 5 and playout.paused:
+                    gap_seen.set()
+                if finished and silent_run >= 10:
+                    return
+
+        reader = asyncio.create_task(read())
+        sender = asyncio.create_task(source.play(playout, next_frame, frames_per_capture=frames_per_capture))
+        try:
+            await asyncio.wait_for(gap_seen.wait(), 10)
+            assert playout.resume()
+            await asyncio.wait_for(reader, 10)
+        finally:
+            await cancel(sender, reader)
+
+    # Playing steadily, the queue holds 40 ms to 40 + the capture's (counting the capture still
+    # waiting; 20-40 without it); all of it went back, so the ledger stands where the caller
+    # stopped hearing.
+    assert 40.0 <= asked["held"] <= 40.0 + 20.0 * frames_per_capture, asked
+    assert asked["played"] == pytest.approx(asked["handed_ms"] - asked["held"], abs=0.01), asked
+    assert asked["held_after"] == 0.0, asked
+    _assert_heard_once_in_order(heard, reply)
+    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
+
+
+def _assert_heard_once_in_order(heard: list[np.ndarray], reply: int) -> None:
     indices = _full_indices(np.concatenate(heard))
     assert len(indices) == len(set(indices)), "a stretch of the reply was heard twice"
     assert indices == sorted(indices)
     missing = sorted(set(range(reply)) - set(indices))
     # Only the fades' samples (out, then in after the resume) are not heard at full level.
     assert len(missing) <= 2 * FADE_SAMPLES, f"{len(missing)} samples of the reply skipped"
-    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]

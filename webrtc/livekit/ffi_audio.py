@@ -18,7 +18,7 @@ from livekit.rtc._ffi_client import FfiClient
 from livekit.rtc._proto import ffi_pb2 as proto_ffi
 
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
-from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE, PlayoutQueue
+from duplex_agent.webrtc.media.playout import FRAME_MS, SAMPLE_RATE, PlayoutQueue
 
 #: The native source's clock: each tick sends 10 ms of its queue (or silence when it is empty).
 NATIVE_TICK_S = 0.010
@@ -64,48 +64,71 @@ class AgentVoiceSource:
         self.queue_size_ms = queue_size_ms
         self._held_ms = 0.0  # what the native queue held at ``_held_at`` (monotonic s)
         self._held_at = 0.0
+        self._clears = 0  # queue clears so far: one during a capture's wait voids its bookkeeping
 
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         if frame.samples_per_channel == 0 or self.source._ffi_handle.disposed:
             return
         asked_at = time.monotonic()
-        held = self.held_ms(asked_at) + 1000.0 * frame.samples_per_channel / frame.sample_rate
+        frame_ms = 1000.0 * frame.samples_per_channel / frame.sample_rate
+        held = self.held_ms(asked_at) + frame_ms
         request = proto_ffi.FfiRequest()
         request.capture_audio_frame.source_handle = self.source._ffi_handle.handle
         request.capture_audio_frame.buffer.CopyFrom(frame._proto_info())
         response = FfiClient.instance.request(request)
         async_id = response.capture_audio_frame.async_id
+        # The native queue holds the frame from the request on (the acknowledgement only says it
+        # is back down to its size): a pause during the wait gives it back too.
+        if held > frame_ms:  # on the queue's own ticks
+            self._held_ms += frame_ms
+        else:
+            self._held_ms, self._held_at = held, asked_at
+        clears = self._clears
         try:
             done = await self._router.expect_capture(async_id)
         finally:
             self._router.drop_capture(async_id)
         if done.event.capture_audio_frame.error:
             raise RuntimeError(f"capture_audio_frame: {done.event.capture_audio_frame.error}")
+        if clears != self._clears:  # emptied while waiting, this frame with the rest
+            return
         if held <= self.queue_size_ms:  # taken at once
             self._held_ms, self._held_at = held, asked_at
         else:  # taken at the tick that left the queue at its size
             self._held_ms, self._held_at = float(self.queue_size_ms), done.arrived_at
 
-    async def play(self, playout: PlayoutQueue, next_frame: Callable[[], np.ndarray]) -> None:
-        """Feed the track ``next_frame``'s 20 ms (the playout's 48 kHz mono frames) at a time,
-        paced by the queue, until cancelled.
+    async def play(self, playout: PlayoutQueue, next_frame: Callable[[], np.ndarray], *,
+                   frames_per_capture: int = 1) -> None:
+        """Feed the track ``next_frame``'s 20 ms (the playout's 48 kHz mono frames), up to
+        ``frames_per_capture`` of them at a time while that much is queued, paced by the queue,
+        until cancelled. Each capture is an FFI round trip that wakes the loop.
 
         While the agent is quiet nothing is captured (the native source sends silence by
         itself): the loop waits for the next audio instead of an FFI round trip per frame.
-        A pause takes effect at the next frame, as soon as the source has taken the last:
-        what the queue still holds (its size then) is dropped and goes back to the playout, whose
-        fade-out the source sends next, right after what it sent last; after a resume that
-        audio plays from where the caller stopped hearing.
+        A pause the call path asks takes effect at once (``take_back``, its ``on_paused``); one
+        asked elsewhere, at the next capture.
         """
         while True:
-            held = self.held_ms()
-            if held and playout.take_back(held):
-                self.clear_queue()
+            self.take_back(playout)
             pcm = next_frame()
             if not playout.playing:
                 await playout.wait_for_audio()
                 continue
-            await self.capture_frame(rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES))
+            frames = [pcm]
+            while len(frames) < frames_per_capture and playout.queued_ms >= FRAME_MS and not playout.paused:
+                frames.append(next_frame())
+            pcm = frames[0] if len(frames) == 1 else np.concatenate(frames)
+            await self.capture_frame(rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, pcm.size))
+
+    def take_back(self, playout: PlayoutQueue) -> None:
+        """The playout just paused: drop what the queue still holds, the frame a capture waits
+        on included, and give it back to the playout. The source's next tick sends nothing of
+        it; the playout's fade-out, captured as soon as the source takes a frame again, goes out
+        right after what was heard, and after a resume that audio plays from there. Nothing is
+        done where the playout cannot take it back (no pause, or a frame went out since)."""
+        held = self.held_ms()
+        if held and playout.take_back(held):
+            self.clear_queue()
 
     def held_ms(self, now: float | None = None) -> float:
         """Captured audio the native queue has not sent yet, to its 10 ms tick."""
@@ -115,6 +138,7 @@ class AgentVoiceSource:
     def clear_queue(self) -> None:
         self.source.clear_queue()
         self._held_ms = 0.0
+        self._clears += 1
 
     async def aclose(self) -> None:
         await self.source.aclose()

@@ -42,23 +42,28 @@ from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
 log = logging.getLogger("duplex_agent.livekit")
 
-#: The AudioSource's own queue: two frames, as the bare livekit.rtc floor agent keeps. livekit
-#: takes a frame once the queue holds no more than its size, so it holds 40-60 ms, paced by its
-#: own 10 ms ticker: a stall of the job's loop shorter than two frames is not heard. A pause
-#: empties it and gives its audio back to the playout (``AgentVoiceSource.play``); before, it
-#: played on, the largest part of what the caller heard beyond the LiveKit floor. One frame
-#: (20-40 ms) left the stream to the loaded job loop's timing (bench.livekit_send_queue,
-#: bench.livekit_path --control). Queued, not unqueued: the native source sends silence by
-#: itself while nothing is captured; a stream that stops instead reached the caller late or
-#: stretched after quiet gaps (bench.livekit_quiet_gap).
+#: The AudioSource's own queue. livekit takes a capture once the queue then holds no more than
+#: twice its size and acknowledges it once it is back down to its size, so with the 40 ms
+#: captures below it holds 40-80 ms, paced by its own 10 ms ticker: a stall of the job's loop
+#: shorter than two captures is not heard. A pause empties it the moment it is asked, the
+#: capture still waiting included, and gives its audio back to the playout
+#: (``AgentVoiceSource.take_back``); played on, it was the largest part of what the caller heard
+#: beyond the LiveKit floor (bench.livekit_send_queue, bench.livekit_path --control). Queued, not
+#: unqueued: the native source sends silence by itself while nothing is captured; a stream that
+#: stops instead reached the caller late or stretched after quiet gaps (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
-#: Caller audio in 40 ms frames (the SDK's default is 10 ms). Each frame is an FFI event that
-#: wakes the job's thread, and a wake-up there costs several GIL hand-offs between livekit's
-#: threads and the job's loop: at 20 ms the job loops woke 268-325 times a second per call, at
-#: 40 ms 140-273, and the worker took 0.68-1.01x of the CPU per call (bench.livekit_vs_direct and
-#: bench.livekit_path --control). The price: the first sound of a barge-in waits on average 10 ms
-#: more for its frame to end (heard stop in the same run: no difference at n=15).
-CALLER_FRAME_MS = 40
+#: The agent's voice goes to the source two playout frames (40 ms) at a time while that much is
+#: queued: each capture is an FFI round trip that wakes the job's loop, so this halves them
+#: while the agent speaks. The queue is emptied at a pause, so its depth costs no barge-in time.
+VOICE_FRAMES_PER_CAPTURE = 2
+#: Caller audio in 20 ms frames (the SDK's default is 10 ms), as the callers' Opus packets
+#: come. 40 ms frames woke the job's loop half as often (0.71x the CPU per call at 4 calls) but
+#: held the first sound of a barge-in 15 ms on average, up to 30, for its frame to end: heard
+#: stop beyond the bare livekit.rtc floor +25 to +34 ms p50 and +26 to +45 p95 with 40 ms, +11
+#: to +20 and +11 to +15 with 20 ms, which cost 1.13x the CPU per call of 40 ms (1.06-1.13x of
+#: the direct worker's) (bench.livekit_path and bench.livekit_vs_direct, --control;
+#: docs/performance.md).
+CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
 #: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.
 EVENTS_TOPIC = "duplex.events"
@@ -209,7 +214,7 @@ class LiveKitRoomCall:
         self.path = CallAudioPath(
             self.conversation, overlap_policy=self.overlap_policy, on_event=self._on_event,
             on_state=self._set_state, on_playout_cleared=self.source.clear_queue,
-            on_closed=self._on_conversation_closed,
+            on_paused=self.source.take_back, on_closed=self._on_conversation_closed,
             on_cut_short=self._on_cut_short,
         )
         self._conversation_open = True
@@ -272,7 +277,8 @@ class LiveKitRoomCall:
 
     async def _speak(self) -> None:
         if self.path is not None:
-            await self.source.play(self.path.playout, self.path.next_frame)
+            await self.source.play(self.path.playout, self.path.next_frame,
+                                    frames_per_capture=VOICE_FRAMES_PER_CAPTURE)
 
     # ---- room events ----
 

@@ -113,6 +113,7 @@ class CallAudioPath:
         on_state: StateCallback | None = None,
         on_closed: Callable[[], None] | None = None,
         on_playout_cleared: Callable[[], None] | None = None,
+        on_paused: Callable[[PlayoutQueue], None] | None = None,  # a transport's own queue empties now
         on_cut_short: Callable[[str, str], None] | None = None,
         playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
         figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
@@ -134,6 +135,7 @@ class CallAudioPath:
         self._on_event = on_event
         self._on_state = on_state
         self._on_closed = on_closed
+        self._on_paused = on_paused
         # (response id, the words the caller heard) for a reply cut short, once its ack is out.
         self._on_cut_short = on_cut_short
 
@@ -293,6 +295,8 @@ class CallAudioPath:
                 self.pauses += 1
                 BARGE_IN_PAUSES.inc()
                 self._timings.forget_pause_heard()
+                if self._on_paused is not None:
+                    self._on_paused(self.playout)
             else:
                 self.gate.release()
         elif verdict is Verdict.RESUME:

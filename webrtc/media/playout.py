@@ -31,9 +31,9 @@ SAMPLE_RATE = 48000
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz
 FRAME_MS = 1000.0 * FRAME_SAMPLES / SAMPLE_RATE
 _PLAYED_RECORDS_KEPT = 64  # responses whose played duration is remembered
-#: Frames handed out that ``take_back`` can return: 80 ms, more than a transport's own queue
-#: holds (LiveKit's source: 40-60 ms).
-_HANDED_KEPT = 4
+#: Frames handed out that ``take_back`` can return: 120 ms, more than a transport's own queue
+#: holds (LiveKit's source: 40-80 ms, its 40 ms captures counted).
+_HANDED_KEPT = 6
 #: Pause and resume ramp over 5 ms: long enough that the step between samples stays at the
 #: signal's own (no click), short enough that the pause is heard within the frame it lands in.
 FADE_SAMPLES = 240
