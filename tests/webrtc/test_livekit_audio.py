@@ -199,14 +199,20 @@ async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_fra
     assert 40.0 <= asked["held"] <= 40.0 + 20.0 * frames_per_capture, asked
     assert asked["played"] == pytest.approx(asked["handed_ms"] - asked["held"], abs=0.01), asked
     assert asked["held_after"] == 0.0, asked
-    _assert_heard_once_in_order(heard, reply)
+    # The queue's ticks are known from when acknowledgements reach Python; on a loaded machine
+    # one can come a few ms after its tick, and a pause in between takes back 10 ms the caller
+    # had heard. Those play again inside the fades (240 samples out, 240 in), faded: at most the
+    # fades' two end samples, at full level, repeat. A capture not given back would skip 20 ms
+    # or more, one played on would repeat it at full level.
+    _assert_heard_once_in_order(heard, reply, repeated_at_most=2)
     assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
 
 
-def _assert_heard_once_in_order(heard: list[np.ndarray], reply: int) -> None:
+def _assert_heard_once_in_order(heard: list[np.ndarray], reply: int, *, repeated_at_most: int = 0) -> None:
     indices = _full_indices(np.concatenate(heard))
-    assert len(indices) == len(set(indices)), "a stretch of the reply was heard twice"
-    assert indices == sorted(indices)
-    missing = sorted(set(range(reply)) - set(indices))
+    first_heard = list(dict.fromkeys(indices))  # each sample where it was first heard
+    assert len(indices) - len(first_heard) <= repeated_at_most, "a stretch of the reply was heard twice"
+    assert first_heard == sorted(first_heard)
+    missing = sorted(set(range(reply)) - set(first_heard))
     # Only the fades' samples (out, then in after the resume) are not heard at full level.
     assert len(missing) <= 2 * FADE_SAMPLES, f"{len(missing)} samples of the reply skipped"
