@@ -8,7 +8,6 @@ from livekit import rtc
 from livekit.rtc._ffi_client import FfiClient
 
 from devtools.voice_loopback import cancel, looped_back
-from duplex_agent.webrtc.livekit.ffi_audio import CallerAudioStream
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.media.playout import FADE_SAMPLES, PlaybackFinished, PlayoutQueue
 
@@ -96,62 +95,19 @@ def _full_indices(heard: np.ndarray) -> list[int]:
     return indices
 
 
-async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with_nothing_skipped_or_doubled():
-    reply = 48000  # 1 s
-    pause_after_frames = 20
+REPLY = 48000  # 1 s of coded reply
+
+
+async def _paused_and_resumed(name: str, *, frames_per_capture: int = 1, pause_at_frames_out: int | None = None,
+                              pause_at_loud_heard: int | None = None
+                              ) -> tuple[list[np.ndarray], list[PlaybackFinished], dict[str, float]]:
+    """Play the coded reply through a real source and its track, pause it (in the sender's
+    ``next_frame`` once it has handed ``pause_at_frames_out`` frames, or from the reader's task,
+    as the call path's ``on_paused`` does, once it has heard ``pause_at_loud_heard`` loud frames),
+    resume once 5 silent frames were heard, and read to the end: what was heard, the finished
+    reports, and the figures at the pause (``played_in_gap``: the ledger while the gap was heard)."""
     playout = PlayoutQueue()
-    playout.capture(_coded_reply(reply), "r1")
-    playout.flush("r1")
-    heard: list[np.ndarray] = []
-    silent_run = 0
-    gap_seen = asyncio.Event()
-    finished: list[PlaybackFinished] = []
-
-    def next_frame() -> np.ndarray:
-        frame = playout.next_frame()
-        finished.extend(p for p in playout.take_progress() if isinstance(p, PlaybackFinished))
-        if playout.frames_out == pause_after_frames:  # frame 20 handed: the queue holds it and the one before
-            assert playout.pause()
-        return frame
-
-    async def read(stream: CallerAudioStream) -> None:
-        nonlocal silent_run
-        async for frame in stream:
-            samples = np.frombuffer(frame.data, dtype=np.int16)
-            heard.append(samples)
-            silent_run = 0 if samples.any() else silent_run + 1
-            if silent_run >= 5 and playout.paused:
-                gap_seen.set()
-            if finished and silent_run >= 10:
-                return
-
-    async with looped_back("take-back", queue_size_ms=40) as (source, stream):
-        reader = asyncio.create_task(read(stream))
-        sender = asyncio.create_task(source.play(playout, next_frame))
-        try:
-            await asyncio.wait_for(gap_seen.wait(), 10)
-            taken_back_to_ms = playout.played_ms("r1")
-            assert playout.resume()
-            await asyncio.wait_for(reader, 10)
-        finally:
-            await cancel(sender, reader)
-
-    # The pause was asked with 20 frames handed; the queue's two went back (what plays after the
-    # resume starts where the caller stopped hearing), so it counts 18 frames and the fade played.
-    assert taken_back_to_ms == pytest.approx(18 * 20 + FADE_SAMPLES / 48, abs=0.01)
-    _assert_heard_once_in_order(heard, reply)
-    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
-
-
-@pytest.mark.parametrize("frames_per_capture", [1, 2])
-async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_frame_in_flight_included(
-        frames_per_capture):
-    """The call path's pause (``on_paused``) comes between the sender's captures: the source's
-    queue, with the capture still waiting, goes back to the playout then, not when that capture
-    returns; the caller hears the reply once, in order, across the pause."""
-    reply = 48000
-    playout = PlayoutQueue()
-    playout.capture(_coded_reply(reply), "r1")
+    playout.capture(_coded_reply(REPLY), "r1")
     playout.flush("r1")
     heard: list[np.ndarray] = []
     loud_frames = silent_run = 0
@@ -162,9 +118,11 @@ async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_fra
     def next_frame() -> np.ndarray:
         frame = playout.next_frame()
         finished.extend(p for p in playout.take_progress() if isinstance(p, PlaybackFinished))
+        if playout.frames_out == pause_at_frames_out:
+            assert playout.pause()
         return frame
 
-    async with looped_back("take-back-at-once", queue_size_ms=40) as (source, stream):
+    async with looped_back(name, queue_size_ms=40) as (source, stream):
 
         async def read() -> None:
             nonlocal loud_frames, silent_run
@@ -173,7 +131,7 @@ async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_fra
                 heard.append(samples)
                 loud_frames += bool(samples.any())
                 silent_run = 0 if samples.any() else silent_run + 1
-                if loud_frames == 15 and not asked:  # the reader's moment, not the sender's
+                if loud_frames == pause_at_loud_heard and not asked:  # the reader's moment, not the sender's
                     handed_ms, held = 20.0 * playout.frames_out, source.held_ms()
                     assert playout.pause()
                     source.take_back(playout)
@@ -188,11 +146,31 @@ async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_fra
         sender = asyncio.create_task(source.play(playout, next_frame, frames_per_capture=frames_per_capture))
         try:
             await asyncio.wait_for(gap_seen.wait(), 10)
+            asked["played_in_gap"] = playout.played_ms("r1")
             assert playout.resume()
             await asyncio.wait_for(reader, 10)
         finally:
             await cancel(sender, reader)
+    return heard, finished, asked
 
+
+async def test_a_pause_takes_back_the_sources_queue_and_the_resume_plays_it_with_nothing_skipped_or_doubled():
+    heard, finished, asked = await _paused_and_resumed("take-back", pause_at_frames_out=20)
+    # The pause was asked with 20 frames handed; the queue's two went back (what plays after the
+    # resume starts where the caller stopped hearing), so it counts 18 frames and the fade played.
+    assert asked["played_in_gap"] == pytest.approx(18 * 20 + FADE_SAMPLES / 48, abs=0.01)
+    _assert_heard_once_in_order(heard, REPLY)
+    assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
+
+
+@pytest.mark.parametrize("frames_per_capture", [1, 2])
+async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_frame_in_flight_included(
+        frames_per_capture):
+    """The call path's pause (``on_paused``) comes between the sender's captures: the source's
+    queue, with the capture still waiting, goes back to the playout then, not when that capture
+    returns; the caller hears the reply once, in order, across the pause."""
+    heard, finished, asked = await _paused_and_resumed("take-back-at-once", frames_per_capture=frames_per_capture,
+                                                       pause_at_loud_heard=15)
     # Playing steadily, the queue holds 40 ms to 40 + the capture's (counting the capture still
     # waiting; 20-40 without it); all of it went back, so the ledger stands where the caller
     # stopped hearing.
@@ -204,7 +182,7 @@ async def test_a_pause_asked_while_a_capture_waits_empties_the_queue_at_once_fra
     # had heard. Those play again inside the fades (240 samples out, 240 in), faded: at most the
     # fades' two end samples, at full level, repeat. A capture not given back would skip 20 ms
     # or more, one played on would repeat it at full level.
-    _assert_heard_once_in_order(heard, reply, repeated_at_most=2)
+    _assert_heard_once_in_order(heard, REPLY, repeated_at_most=2)
     assert finished == [PlaybackFinished("r1", 1000.0, interrupted=False)]
 
 
