@@ -8,7 +8,8 @@ CPU, so on 2 cores the whole suite takes about as long as the longer half (~15 m
 pytest run: no test is shared, skipped or retried.
 
 Each half's output goes to a log under ``artifacts/test-logs/``, printed whole when that half
-ends. The exit status is 0 only when both halves pass.
+ends; a failed test's ``tmp_path`` (its worker and app logs, its records) stays under
+``artifacts/test-tmp/<half>/``. The exit status is 0 only when both halves pass.
 
 Run: python -m devtools.split_suite [pytest options for both halves]
 """
@@ -24,22 +25,31 @@ REPO = Path(__file__).resolve().parent.parent
 #: Folders of real-time calls against real peers: one half, run in this order.
 REAL_TIME = ("tests/omni_peer", "tests/livekit_agents", "tests/network", "tests/livekit")
 LOGS = REPO / "artifacts" / "test-logs"
+TMP = REPO / "artifacts" / "test-tmp"
 
 
 def halves(options: list[str]) -> dict[str, list[str]]:
     """Each half's name and pytest command line."""
-    pytest = [sys.executable, "-m", "pytest", *options]
+    def pytest(name: str) -> list[str]:
+        return [sys.executable, "-m", "pytest", f"--basetemp={TMP / _slug(name)}",
+                "-o", "tmp_path_retention_policy=failed", *options]
+
     return {
-        "real-time peers": [*pytest, *REAL_TIME],
-        "the rest": [*pytest, "tests", *(f"--ignore={folder}" for folder in REAL_TIME)],
+        "real-time peers": [*pytest("real-time peers"), *REAL_TIME],
+        "the rest": [*pytest("the rest"), "tests", *(f"--ignore={folder}" for folder in REAL_TIME)],
     }
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "-")
 
 
 def main(options: list[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
+    TMP.mkdir(parents=True, exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
     for name, command in halves(options).items():
-        log = LOGS / f"{name.replace(' ', '-')}.log"
+        log = LOGS / f"{_slug(name)}.log"
         with log.open("w") as out:
             running[name] = (subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT), log)
         print(f"started {name}: {' '.join(command[2:])} (log: {log.relative_to(REPO)})", flush=True)

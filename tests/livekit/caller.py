@@ -14,8 +14,9 @@ from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from tests.integration.conftest import Microphone
 from tests.webrtc.client_peer import wait_for
 
-#: Frames (10 ms each) a caller keeps listening after the agent says it stopped speaking: the
-#: last of its reply is still on its way through the SFU (decode, jitter buffer, re-encode).
+#: Quiet frames (10 ms each) a caller waits for after the agent says it stopped speaking: the
+#: last of its reply is still on its way through the SFU and the caller's jitter buffer, and
+#: behind a stalled test loop its frames are read late, after the state change that followed them.
 TAIL_FRAMES = 60
 
 
@@ -131,8 +132,8 @@ class LiveKitCaller:
 
         Waits on the agent's own signals: its final transcript (all of the reply has reached the
         worker's playout), then ``lk.agent.state`` at listening after speaking (the playout ran
-        dry), then the frames still on their way; a state change meanwhile (one that was in
-        flight on the signalling path) starts that wait again."""
+        dry), then the frames still on their way, until ``TAIL_FRAMES`` of quiet; a state change
+        meanwhile (one that was in flight on the signalling path) starts that wait again."""
         start, replies = len(self.received), len(self.agent_replies())
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
         await wait_for(lambda: len(self.agent_replies()) > replies, timeout, "the agent's reply")
@@ -143,16 +144,26 @@ class LiveKitCaller:
             except AssertionError as exc:
                 raise AssertionError(f"{exc}: states {self.state_log}") from None
             stopped = self.listening_after_speaking(start)
-            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES, timeout, "the reply's last frames")
+            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES
+                           and not self.loud_frames(len(self.received) - TAIL_FRAMES), timeout, "the reply's last frames")
             if self.listening_after_speaking(start) == stopped:
                 audio = np.concatenate(self.received[start:])
                 return Reply(self.agent_replies()[replies].text, transcribe(audio, 48000), self.loud_frames(start))
 
     def loud_frames(self, since: int = 0, threshold: float = 0.02) -> int:
-        return sum(float(np.sqrt(np.mean(f**2))) > threshold for f in self.received[since:])
+        return sum(_loud(f, threshold) for f in self.received[since:])
+
+    def first_loud_frame(self, since: int = 0, threshold: float = 0.02) -> int | None:
+        """The index of the first loud frame from ``since`` on (the agent's audio, not its state
+        attribute, which comes by the signalling path and may land well before or after it)."""
+        return next((i for i in range(since, len(self.received)) if _loud(self.received[i], threshold)), None)
 
     async def leave(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.wait_for(self.room.disconnect(), 10)
+
+
+def _loud(frame: np.ndarray, threshold: float) -> bool:
+    return float(np.sqrt(np.mean(frame**2))) > threshold

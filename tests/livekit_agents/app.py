@@ -4,8 +4,9 @@ Configured by the environment: DUPLEX_TEST_URL (a duplex websocket) or DUPLEX_TE
 DUPLEX_TEST_OPTIONS (JSON) for in_process; DUPLEX_TEST_SESSION (JSON) the model's ``session``;
 DUPLEX_TEST_STALL_S blocks the job's loop that long once, in the first reply;
 DUPLEX_TEST_ATTACH=1 builds the AgentSession outside the job's context (livekit-agents sees no
-job), named to the model with ``attach`` as an app that runs sessions itself does; every history item, error and close goes to the JSON
-lines file DUPLEX_TEST_RECORD, for the test to read.
+job), named to the model with ``attach`` as an app that runs sessions itself does; every history item,
+error, close and user and agent state change goes to the JSON lines file DUPLEX_TEST_RECORD, stamped
+with the time, for the test to read (and a failure's reader: it stays in the test's tmp_path).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ server = AgentServer(job_executor_type=JobExecutorType.THREAD, port=0, drain_tim
 
 def _record(room: str, kind: str, **data) -> None:
     with open(RECORD, "a") as f:
-        f.write(json.dumps({"room": room, "kind": kind, **data}) + "\n")
+        f.write(json.dumps({"room": room, "kind": kind, "at": round(time.time(), 3), **data}) + "\n")
 
 
 @server.rtc_session(agent_name=AGENT_NAME)
@@ -100,6 +101,9 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
                                            message=str(ev.error.error), recoverable=ev.error.recoverable))
     session.on("close", lambda ev: (_record(room, "close", reason=str(ev.reason)),
                                     ctx.shutdown("the agent session closed")))
+    # for a failure's diagnosis: where the turn got to
+    session.on("user_state_changed", lambda ev: _record(room, "user_state", state=ev.new_state))
+    session.on("agent_state_changed", lambda ev: _record(room, "agent_state", state=ev.new_state))
     closed = asyncio.Event()
     session.on("close", lambda ev: closed.set())
     if stall_s := float(os.environ.get("DUPLEX_TEST_STALL_S", "0")):
