@@ -53,6 +53,10 @@ class AgentProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def report(self) -> str:
+        """What a test prints of this process at teardown: its log's tail."""
+        return f"--- {self.log_path.name} (tail) ---\n" + self.log()[-4000:]
+
     def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
         assert self.process is not None and self.process.poll() is None, "the process has already exited"
         self.process.send_signal(sig)

@@ -60,6 +60,7 @@ class LiveKitCaller:
         self.state_log: list[tuple[str, int]] = []
         self.agent_left = False
         self._tasks: list[asyncio.Task] = []
+        self._feed_task: asyncio.Task | None = None
         self.room.on("track_subscribed", self._on_track)
         self.room.on("participant_attributes_changed", self._on_attributes)
         self.room.on("participant_disconnected", self._on_participant_left)
@@ -74,12 +75,22 @@ class LiveKitCaller:
     async def publish_microphone(self, name: str = "mic", source: rtc.TrackSource.ValueType = rtc.TrackSource.SOURCE_MICROPHONE) -> None:
         track = rtc.LocalAudioTrack.create_audio_track(name, self.source.source)
         await self.room.local_participant.publish_track(track, rtc.TrackPublishOptions(source=source))
-        self._tasks.append(asyncio.create_task(self._feed()))
+        self._feed_task = asyncio.create_task(self._feed())
+        self._tasks.append(self._feed_task)
 
     async def _feed(self) -> None:
         while True:
             frame = self.mic.next_frame()
             await self.source.capture_frame(rtc.AudioFrame(frame.tobytes(), 48000, 1, 960))
+
+    def microphone_live(self) -> bool:
+        """True while the microphone feeds the track; AssertionError, with why, once it stopped
+        (the agent would hear nothing more, and a wait for its reply would only time out)."""
+        task = self._feed_task
+        if task is not None and task.done():
+            why = "cancelled" if task.cancelled() else repr(task.exception())
+            raise AssertionError(f"the caller's microphone stopped: {why}")
+        return True
 
     def _on_track(self, track: rtc.Track, publication, participant) -> None:
         if track.kind == rtc.TrackKind.KIND_AUDIO:
@@ -136,7 +147,8 @@ class LiveKitCaller:
         meanwhile (one that was in flight on the signalling path) starts that wait again."""
         start, replies = len(self.received), len(self.agent_replies())
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
-        await wait_for(lambda: len(self.agent_replies()) > replies, timeout, "the agent's reply")
+        await wait_for(lambda: self.microphone_live() and len(self.agent_replies()) > replies, timeout,
+                       "the agent's reply")
         while True:
             try:
                 await wait_for(lambda: self.listening_after_speaking(start) is not None, timeout,
@@ -145,7 +157,8 @@ class LiveKitCaller:
                 raise AssertionError(f"{exc}: states {self.state_log}") from None
             stopped = self.listening_after_speaking(start)
             await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES
-                           and not self.loud_frames(len(self.received) - TAIL_FRAMES), timeout, "the reply's last frames")
+                           and not self.loud_frames(len(self.received) - TAIL_FRAMES), timeout,
+                           "the reply's last frames")
             if self.listening_after_speaking(start) == stopped:
                 audio = np.concatenate(self.received[start:])
                 return Reply(self.agent_replies()[replies].text, transcribe(audio, 48000), self.loud_frames(start))

@@ -49,7 +49,7 @@ async def processes(tmp_path):
         if process.process is not None and process.process.returncode is None:
             codes[process.log_path.name] = await process.stop()
     for process in started:
-        print(f"--- {process.log_path.name} (tail) ---\n" + process.log()[-4000:])
+        print(process.report())
     assert all(code == 0 for code in codes.values()), codes
 
 

@@ -29,6 +29,11 @@ class AppWorker(AgentProcess):
         self.args = [sys.executable, str(APP), "start"]
         self.record = record
 
+    def report(self) -> str:
+        """The log's tail and the records' (where each session's turns got to)."""
+        rows = self.record.read_text().splitlines() if self.record.exists() else []
+        return super().report() + f"\n--- {self.record.name} (last 40) ---\n" + "\n".join(rows[-40:])
+
     def records(self, kind: str | None = None, room: str | None = None) -> list[dict]:
         if not self.record.exists():
             return []
