@@ -120,6 +120,8 @@ def main(paths: tuple[str, ...], title: str, description: str = "", *, args: arg
         print("   " + ", ".join(f"{describe(p)}: pid {rig.workers[p].pid}" for p in rig.paths)
               + f"; scripted plugin; set-up {time.perf_counter() - started:.0f} s", flush=True)
         rig.measure_idle()
+        print("   idle before any call, cores per window (the least counts): "
+              + "; ".join(f"{p} " + " ".join(f"{c:.3f}" for c in w) for p, w in rig.idle_windows.items()), flush=True)
         figures = asyncio.run(run(rig))
         print_report(figures, judge(figures))
     except KeyboardInterrupt:
