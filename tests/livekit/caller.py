@@ -61,6 +61,7 @@ class LiveKitCaller:
         self.agent_left = False
         self._tasks: list[asyncio.Task] = []
         self._feed_task: asyncio.Task | None = None
+        self.frames_fed = 0  # 20 ms microphone frames the source has taken
         self.room.on("track_subscribed", self._on_track)
         self.room.on("participant_attributes_changed", self._on_attributes)
         self.room.on("participant_disconnected", self._on_participant_left)
@@ -82,6 +83,7 @@ class LiveKitCaller:
         while True:
             frame = self.mic.next_frame()
             await self.source.capture_frame(rtc.AudioFrame(frame.tobytes(), 48000, 1, 960))
+            self.frames_fed += 1
 
     def microphone_live(self) -> bool:
         """True while the microphone feeds the track; AssertionError, with why, once it stopped
@@ -145,10 +147,14 @@ class LiveKitCaller:
         worker's playout), then ``lk.agent.state`` at listening after speaking (the playout ran
         dry), then the frames still on their way, until ``TAIL_FRAMES`` of quiet; a state change
         meanwhile (one that was in flight on the signalling path) starts that wait again."""
-        start, replies = len(self.received), len(self.agent_replies())
+        start, replies, fed = len(self.received), len(self.agent_replies()), self.frames_fed
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
-        await wait_for(lambda: self.microphone_live() and len(self.agent_replies()) > replies, timeout,
-                       "the agent's reply")
+        try:
+            await wait_for(lambda: self.microphone_live() and len(self.agent_replies()) > replies, timeout,
+                           "the agent's reply")
+        except AssertionError as exc:  # where it stopped: the microphone, the agent's audio, its states
+            raise AssertionError(f"{exc}: {self.frames_fed - fed} microphone frames sent since, "
+                                 f"{self.loud_frames(start)} loud frames heard, states {self.state_log[-6:]}") from None
         while True:
             try:
                 await wait_for(lambda: self.listening_after_speaking(start) is not None, timeout,
