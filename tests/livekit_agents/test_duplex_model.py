@@ -58,10 +58,13 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     # A spoken exchange: the reference model says back what it heard, and the caller hears it.
     reply = await caller.say_and_listen(QUESTION, timeout=90)
     assert {"said", "table"} <= set(words(reply.heard)), (reply, worker.records())
+    # One response, one message: or, where the job's loop got no CPU for 0.8 s mid-reply (seen
+    # once with the machine saturated), the adapter's bursts of it, each its own stretch of the
+    # words (test_a_reply_through_a_stalled_loop_keeps_every_word_in_history_in_order).
     first = _assistant(worker, room)
-    assert len(first) == 1 and not first[0]["interrupted"], first  # one response, one message
+    assert first and not any(r["interrupted"] for r in first), first
     # every word: the worker reported started only once the caller's audio reached the model
-    assert words(first[0]["text"]) == words("You said: " + QUESTION), first
+    assert [w for r in first for w in words(r["text"])] == words("You said: " + QUESTION), first
 
     # Barge-in mid-reply: once the long reply has played for a second, the caller talks over it.
     # counted from before the question: the reply may start within the question's trailing silence
