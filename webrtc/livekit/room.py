@@ -60,9 +60,9 @@ VOICE_FRAMES_PER_CAPTURE = 2
 #: come. 40 ms frames woke the job's loop half as often (0.71x the CPU per call at 4 calls) but
 #: held the first sound of a barge-in 15 ms on average, up to 30, for its frame to end: heard
 #: stop beyond the bare livekit.rtc floor +25 to +34 ms p50 and +26 to +45 p95 with 40 ms, +11
-#: to +20 and +11 to +15 with 20 ms, which cost 1.13x the CPU per call of 40 ms (1.06-1.13x of
-#: the direct worker's) (bench.livekit_path and bench.livekit_vs_direct, --control;
-#: docs/performance.md).
+#: to +20 and +11 to +15 with 20 ms, which cost 1.08-1.09x the CPU per call of 40 ms (1.13-1.16x
+#: of the direct worker's, 40 ms 1.04-1.12x) (bench.livekit_path and bench.livekit_vs_direct,
+#: --control; docs/performance.md).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
 #: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.
