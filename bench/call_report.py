@@ -308,7 +308,8 @@ def verdict_text(path: str, growth: Linearity, target: TargetVerdict | None) -> 
 def print_report(run: Run, verdicts: Verdicts) -> None:
     idle, cores = run.idle, run.cores
     print()
-    print("idle, before any call (cores, the least of its windows): " + ", ".join(f"{p} {idle[p]:.3f}" for p in run.paths))
+    print("idle, before any call (cores, the least of its windows): "
+          + ", ".join(f"{p} {idle[p]:.3f}" for p in run.paths))
     print(f"CPU: psutil cpu_times deltas of each process over a {run.window_s:.0f} s window while every call loops "
           "question -> ~300 ms of reply -> interruption + question ...; per call = (worker cores - its idle) / calls; "
           "of it native = the part in threads a native library started and named (livekit's FFI media: WebRTC, "
