@@ -119,7 +119,10 @@ class LiveKitCaller:
         at_frame = len(self.received)
 
         async def read() -> None:
-            text = await reader.read_all()
+            try:
+                text = await reader.read_all()
+            except rtc.StreamError:  # the caller left mid-stream (one opened as it was leaving)
+                return
             self.transcripts.append(Transcript(sender, text, dict(reader.info.attributes or {}), at_frame))
 
         self._tasks.append(asyncio.create_task(read()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -33,8 +35,9 @@ async def moshi_worker():
     await backend.close()
 
 
-async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker):
+async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker, caplog):
     http, backend, app, address = moshi_worker
+    caplog.set_level(logging.INFO, logger="duplex_agent.webrtc")  # a call that ends says why
     mics = [Microphone(), Microphone()]
     peers = [ClientPeer(address, mic.next_frame) for mic in mics]
     try:
@@ -46,7 +49,8 @@ async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker):
         await wait_for(lambda: all(p.loud_frames() >= frames for p in peers), 60,
                        f"both callers to hear {SECONDS_HEARD} s of the agent")
         sessions = app[WEBRTC_PEERS].sessions
-        assert len(sessions) == 2
+        # both calls still up (CI once saw one gone here, under load; the worker's log says why)
+        assert len(sessions) == 2, [r.getMessage() for r in caplog.records if "closing" in r.getMessage()]
         report = []
         for peer in peers:
             session = sessions[peer.pc_id]
