@@ -74,9 +74,10 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     await wait_for(lambda: caller.listening_after_speaking(asked) is None
                    and any(state == "speaking" for state, at in caller.state_log if at >= asked), 120,
                    "the long reply to play")
-    # where its sound began: the state attribute comes by another path, on a loaded machine late
+    # where its sound began: the state attribute comes by another path, on a loaded machine late;
+    # from 300 ms before its first loud frame, which may fall inside a soft first word ("You")
     await wait_for(lambda: caller.first_loud_frame(asked) is not None, 60, "the long reply's first sound")
-    speaking_at = caller.first_loud_frame(asked)
+    speaking_at = max(asked, caller.first_loud_frame(asked) - 30)
     # well into the reply's long sentence, past "You said:" and the gap while it is synthesised
     await wait_for(lambda: caller.loud_frames(speaking_at) >= 250, 60, "2.5 s of the long reply")  # 10 ms frames
     cut = len(caller.received)
