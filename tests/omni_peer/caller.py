@@ -47,6 +47,16 @@ class Reply:
     def seconds(self) -> float:
         return len(self.audio) / self.rate if self.chunks else 0.0
 
+    def seconds_after(self, kind: str) -> float:
+        """Audio that came after the reply's first ``kind`` event (all of it when there is none)."""
+        later = False
+        samples = 0
+        for event in self.events:
+            later = later or event["type"] == kind
+            if later and event["type"] == "response.output_audio.delta":
+                samples += len(base64.b64decode(event["delta"])) // 2
+        return samples / self.rate if self.chunks else 0.0
+
     def pitch_hz(self) -> float:
         audio = self.audio
         spectrum = np.abs(np.fft.rfft(audio * np.hanning(len(audio))))
@@ -97,11 +107,13 @@ async def say(client: OmniClient, samples: np.ndarray, *, chunk_ms: float = 20.0
     """Append 16 kHz float32 audio as pcm16 with the per-append format vLLM-Omni's clients send;
     ``realtime`` paces it as a live caller would (a server VAD's input path is sized for that)."""
     step = int(16 * chunk_ms)
-    for start in range(0, len(samples), step):
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for number, start in enumerate(range(0, len(samples), step), 1):
         await client.send({"type": "input_audio_buffer.append", "audio": pcm16(samples[start:start + step]),
                            "format": "pcm16", "sample_rate_hz": 16000})
-        if realtime:
-            await asyncio.sleep(chunk_ms / 1000)
+        if realtime:  # on the clock, as a microphone: a late wake-up is made up, never added to the audio's time
+            await asyncio.sleep(max(0.0, began + number * chunk_ms / 1000 - loop.time()))
 
 
 async def acknowledge(client: OmniClient, reply: Reply) -> None:
