@@ -3,9 +3,9 @@
 One half holds the folders whose tests wait on real time against real peers (callers that speak
 in real time through the loopback LiveKit server, the namespaced network, the vLLM-Omni peer),
 the other everything else. Most of either half's time is audio played at its own pace, not
-CPU, so on 2 cores the whole suite takes about as long as the longer half (~15 min, against
-~21 one after the other). The suite's tests pass on a busy machine, and each half is a plain
-pytest run: no test is shared, skipped or retried.
+CPU, so on 2 cores the whole suite takes about as long as the longer half (~20 min in CI).
+The suite's tests pass on a busy machine, and each half is a plain pytest run: no test is
+shared, skipped or retried; each ends with its slowest tests.
 
 Each half's output goes to a log under ``artifacts/test-logs/``, printed whole when that half
 ends; a failed test's ``tmp_path`` (its worker and app logs, its records) stays under
@@ -26,13 +26,15 @@ REPO = Path(__file__).resolve().parent.parent
 REAL_TIME = ("tests/omni_peer", "tests/livekit_agents", "tests/network", "tests/livekit")
 LOGS = REPO / "artifacts" / "test-logs"
 TMP = REPO / "artifacts" / "test-tmp"
+#: Each half ends with its slowest tests and their times: where the suite's time goes.
+SLOWEST_SHOWN = 15
 
 
 def halves(options: list[str]) -> dict[str, list[str]]:
     """Each half's name and pytest command line."""
     def pytest(name: str) -> list[str]:
         return [sys.executable, "-m", "pytest", f"--basetemp={TMP / _slug(name)}",
-                "-o", "tmp_path_retention_policy=failed", *options]
+                "-o", "tmp_path_retention_policy=failed", f"--durations={SLOWEST_SHOWN}", *options]
 
     return {
         "real-time peers": [*pytest("real-time peers"), *REAL_TIME],
