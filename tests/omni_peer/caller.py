@@ -48,7 +48,7 @@ class Reply:
         return len(self.audio) / self.rate if self.chunks else 0.0
 
     def seconds_after(self, kind: str) -> float:
-        """Audio that came after the reply's first ``kind`` event (all of it when there is none)."""
+        """Audio that came after the reply's first ``kind`` event (none when it has no such event)."""
         later = False
         samples = 0
         for event in self.events:
