@@ -17,6 +17,7 @@ import json
 import os
 import time
 
+import numpy as np
 from livekit import agents
 from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
 
@@ -73,6 +74,28 @@ def _stall_once(room: str, loop: asyncio.AbstractEventLoop, ev, stall_s: float) 
     loop.call_later(0.5, stall)
 
 
+#: A caller frame this loud (int16 RMS, about -36 dBFS) is speech, not the silence around it.
+LOUD_RMS = 500.0
+
+
+def _count_caller_audio(room: str, session: AgentSession, duplex) -> None:
+    """For a failure's diagnosis: how much caller audio reached our model, and how much of it was
+    loud, recorded at close (a reply that never comes: was the caller's speech lost before the
+    model, or inside it?)."""
+    loud = 0
+    push = duplex.push_audio
+
+    def push_counted(frame) -> None:
+        nonlocal loud
+        samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32)
+        loud += bool(samples.size) and float(np.sqrt(np.mean(samples * samples))) >= LOUD_RMS
+        push(frame)
+
+    duplex.push_audio = push_counted  # AgentSession looks it up on the session for every frame
+    session.on("close", lambda ev: _record(room, "caller_audio", seconds=round(duplex.caller_audio_s, 2),
+                                           loud_frames=loud))
+
+
 async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     room = ctx.room.name
     session = AgentSession(llm=MODEL, aec_warmup_duration=None)
@@ -111,6 +134,7 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
     duplex = session.current_agent.duplex_session
     duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))
+    _count_caller_audio(room, session, duplex)
     # started for the test once the caller's audio reaches the model: AgentSession reads the room's
     # track only once it has subscribed to it, which on a loaded machine can come after start returns,
     # and a caller who spoke before then would have the start of their words cut off
