@@ -23,6 +23,7 @@ from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
 
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents import DuplexModel
+from duplex_agent.webrtc.livekit.pcm import frame_samples
 
 AGENT_NAME = "duplex-lk-test"
 RECORD = os.environ["DUPLEX_TEST_RECORD"]
@@ -74,8 +75,8 @@ def _stall_once(room: str, loop: asyncio.AbstractEventLoop, ev, stall_s: float) 
     loop.call_later(0.5, stall)
 
 
-#: A caller frame this loud (int16 RMS, about -36 dBFS) is speech, not the silence around it.
-LOUD_RMS = 500.0
+#: A caller frame this loud (RMS, about -36 dBFS) is speech, not the silence around it.
+LOUD_RMS = 500.0 / 32768
 
 
 def _count_caller_audio(room: str, session: AgentSession, duplex) -> None:
@@ -87,8 +88,9 @@ def _count_caller_audio(room: str, session: AgentSession, duplex) -> None:
 
     def push_counted(frame) -> None:
         nonlocal loud
-        samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32)
-        loud += bool(samples.size) and float(np.sqrt(np.mean(samples * samples))) >= LOUD_RMS
+        samples = frame_samples(frame)
+        if samples.size and float(np.sqrt(np.mean(samples * samples))) >= LOUD_RMS:
+            loud += 1
         push(frame)
 
     duplex.push_audio = push_counted  # AgentSession looks it up on the session for every frame

@@ -49,13 +49,11 @@ class Reply:
 
     def seconds_after(self, kind: str) -> float:
         """Audio that came after the reply's first ``kind`` event (none when it has no such event)."""
-        later = False
-        samples = 0
-        for event in self.events:
-            later = later or event["type"] == kind
-            if later and event["type"] == "response.output_audio.delta":
-                samples += len(base64.b64decode(event["delta"])) // 2
-        return samples / self.rate if self.chunks else 0.0
+        names = self.names
+        if kind not in names:
+            return 0.0
+        later = names[names.index(kind):].count("response.output_audio.delta")  # the last chunks
+        return sum(chunk.size for chunk in self.chunks[len(self.chunks) - later:]) / self.rate if later else 0.0
 
     def pitch_hz(self) -> float:
         audio = self.audio
