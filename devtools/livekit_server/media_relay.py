@@ -96,6 +96,26 @@ class ForwardingRecord:
     def __init__(self, maxlen: int = 50_000) -> None:
         self.hops: deque[Hop] = deque(maxlen=maxlen)
         self.arrivals: deque[Arrival] = deque(maxlen=maxlen)
+        self.publishers: dict[str, str] = {}  # audio track sid -> "room/identity" that published it
+
+    def summary(self, now_ns: int) -> list[str]:
+        """Per audio track: packets in and out to each subscriber, and how long ago the last one
+        went (for a failure's reader: where a caller's audio stopped, before the server or after)."""
+        lines = []
+        for sid, publisher in self.publishers.items():
+            arrived = [a.arrived_ns for a in self.arrivals if a.track_sid == sid]
+            line = f"{sid} from {publisher}: {len(arrived)} packets in" + _last(arrived, now_ns)
+            subscribers: dict[str, list[int]] = {}
+            for hop in self.hops:
+                if hop.track_sid == sid:
+                    subscribers.setdefault(hop.subscriber, []).append(hop.sent_ns)
+            lines.append(line + "".join(f"; {len(sent)} to {who}" + _last(sent, now_ns)
+                                        for who, sent in subscribers.items()))
+        return lines
+
+
+def _last(stamps: list[int], now_ns: int) -> str:
+    return f", the last {(now_ns - stamps[-1]) / 1e9:.2f} s ago" if stamps else ""
 
 
 class AudioForwarder:
@@ -265,7 +285,9 @@ class RelayedTrack(MediaStreamTrack):
 
 
 def make_fanout(track: MediaStreamTrack, receiver: RTCRtpReceiver, track_sid: str,
-                record: ForwardingRecord) -> AudioForwarder | TrackFanout:
+                record: ForwardingRecord, publisher: str) -> AudioForwarder | TrackFanout:
+    """``publisher``: "room/identity", for the record's summary."""
     if track.kind == "audio":
+        record.publishers[track_sid] = publisher
         return AudioForwarder(receiver, track_sid, record)
     return TrackFanout(track, track_sid)

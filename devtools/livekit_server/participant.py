@@ -327,7 +327,8 @@ class Participant:
             log.warning("%s: media track without AddTrackRequest", self.identity)
             return
         pending.info.mid = mid or ""
-        pending.fanout = media_relay.make_fanout(track, receiver, pending.info.sid, self.room.forwarding)
+        pending.fanout = media_relay.make_fanout(track, receiver, pending.info.sid, self.room.forwarding,
+                                                 f"{self.room.name}/{self.identity}")
         self.tracks[pending.info.sid] = pending
         self.info.is_publisher = True
         self.bump_version()

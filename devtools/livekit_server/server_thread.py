@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any, Awaitable, Callable, TypeVar
 
 from . import auth
@@ -142,6 +143,10 @@ class LoopbackLiveKitServer:
         """The server's per-packet record: each audio packet's arrival, and each hop
         (arrival to send) to one subscriber."""
         return self._read(lambda core: (tuple(core.forwarding.arrivals), tuple(core.forwarding.hops)))
+
+    def forwarding_summary(self) -> str:
+        """Per audio track: packets in, packets out to each subscriber, and how long ago each last went."""
+        return "\n".join(self._read(lambda core: core.forwarding.summary(time.perf_counter_ns())))
 
     # -- actions ----------------------------------------------------------
     async def close_room(self, name: str) -> None:

@@ -20,6 +20,8 @@ async def livekit_server():
     server = LoopbackLiveKitServer(api_key="devkey", api_secret="devsecret-for-the-loopback-tests")
     await server.start()
     yield server
+    # shown with a failure: where each caller's audio got to (the server's own packet record)
+    print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
     await asyncio.wait_for(server.stop(), 20)
 
 

@@ -79,10 +79,11 @@ def _stall_once(room: str, loop: asyncio.AbstractEventLoop, ev, stall_s: float) 
 LOUD_RMS = 500.0 / 32768
 
 
-def _count_caller_audio(room: str, session: AgentSession, duplex) -> None:
-    """For a failure's diagnosis: how much caller audio reached our model, and how much of it was
-    loud, recorded at close (a reply that never comes: was the caller's speech lost before the
-    model, or inside it?)."""
+def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> None:
+    """For a failure's diagnosis (a reply that never comes: where was the caller's speech lost?):
+    how much caller audio reached our model and how much of it was loud, recorded at close and
+    when AgentSession marks the caller away (no speech for 15 s), with the packets the agent's
+    WebRTC stack had received of the caller's track by then."""
     loud = 0
     push = duplex.push_audio
 
@@ -93,9 +94,22 @@ def _count_caller_audio(room: str, session: AgentSession, duplex) -> None:
             loud += 1
         push(frame)
 
+    def record(when: str, **more) -> None:
+        _record(room, "caller_audio", when=when, seconds=round(duplex.caller_audio_s, 2), loud_frames=loud, **more)
+
+    async def record_with_packets() -> None:
+        try:
+            stats = await asyncio.wait_for(rtc_room.get_rtc_stats(), 5)
+            packets = [s.inbound_rtp.received.packets_received for s in stats.subscriber_stats
+                       if s.WhichOneof("stats") == "inbound_rtp"]
+        except (RuntimeError, asyncio.TimeoutError) as exc:  # the room already left
+            packets = repr(exc)
+        record("away", inbound_packets=packets)
+
     duplex.push_audio = push_counted  # AgentSession looks it up on the session for every frame
-    session.on("close", lambda ev: _record(room, "caller_audio", seconds=round(duplex.caller_audio_s, 2),
-                                           loud_frames=loud))
+    session.on("user_state_changed",
+               lambda ev: ev.new_state == "away" and asyncio.ensure_future(record_with_packets()))
+    session.on("close", lambda ev: record("close"))  # at once: the job ends right after
 
 
 async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
@@ -136,7 +150,7 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
     duplex = session.current_agent.duplex_session
     duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))
-    _count_caller_audio(room, session, duplex)
+    _count_caller_audio(room, session, duplex, ctx.room)
     # started for the test once the caller's audio reaches the model: AgentSession reads the room's
     # track only once it has subscribed to it, which on a loaded machine can come after start returns,
     # and a caller who spoke before then would have the start of their words cut off

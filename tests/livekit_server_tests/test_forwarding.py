@@ -9,6 +9,7 @@ between the two stamps, whatever the load.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -94,6 +95,11 @@ async def test_a_lost_packet_does_not_hold_the_ones_after_it(server: LoopbackLiv
     # The subscriber saw the gap (its sequence numbers carry it), as behind LiveKit's SFU.
     inbound = [s.inbound_rtp for s in stats.subscriber_stats if s.WhichOneof("stats") == "inbound_rtp"]
     assert inbound and inbound[0].received.packets_lost >= 1
+    # The summary a failing test prints names the track's publisher and counts the lost one in, not out.
+    line = next(row for row in server.forwarding_summary().splitlines() if row.startswith(sid))
+    counted = re.fullmatch(rf"{sid} from loss/alice-loss: (\d+) packets in, the last [\d.]+ s ago; "
+                           r"(\d+) to bob-loss, the last [\d.]+ s ago", line)
+    assert counted and int(counted[1]) > int(counted[2]) >= len(hops), line
 
 
 async def test_the_last_packets_before_a_pause_are_forwarded_at_once(server: LoopbackLiveKitServer, rooms) -> None:
