@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,7 @@ class LiveKitCaller:
         # the test process (which also runs the loopback SFU) starves its own media.
         self.source = AgentVoiceSource(48000, 1, queue_size_ms=100)
         self.received: list[np.ndarray] = []
+        self.received_at: list[float] = []  # when each of them was read (time.time(), for a failure's reader)
         self.transcripts: list[Transcript] = []
         self.agent_states: list[str] = []
         #: (state, frames received when it arrived)
@@ -103,6 +105,7 @@ class LiveKitCaller:
         try:
             async for frame in stream:
                 self.received.append(np.frombuffer(frame.data, np.int16).astype(np.float32) / 32768)
+                self.received_at.append(time.time())
         finally:
             await stream.aclose()
 

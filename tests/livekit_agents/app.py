@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import os
 import time
 
@@ -48,8 +49,18 @@ def _record(room: str, kind: str, **data) -> None:
         f.write(json.dumps({"room": room, "kind": kind, "at": round(time.time(), 3), **data}) + "\n")
 
 
+def _log_room_input() -> None:
+    """For a failure's diagnosis: livekit-agents' debug records of the room's input streams (a
+    track read or closed, the input attached or detached), none of its other debug records."""
+    lk = logging.getLogger("livekit.agents")
+    lk.setLevel(logging.DEBUG)
+    if not lk.filters:
+        lk.addFilter(lambda record: record.levelno > logging.DEBUG or "room_io" in record.pathname)
+
+
 @server.rtc_session(agent_name=AGENT_NAME)
 async def entrypoint(ctx: agents.JobContext) -> None:
+    _log_room_input()
     if os.environ.get("DUPLEX_TEST_ATTACH"):
         await ctx.connect()  # AgentSession.start connects the job's room only when it sees the job
         # an empty context: get_job_context() is None in the session and all the tasks it starts

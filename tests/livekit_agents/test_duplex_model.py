@@ -5,6 +5,7 @@ session's history keeps only the words the caller heard."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -80,13 +81,18 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     speaking_at = max(asked, caller.first_loud_frame(asked) - 30)
     # well into the reply's long sentence, past "You said:" and the gap while it is synthesised
     await wait_for(lambda: caller.loud_frames(speaking_at) >= 250, 60, "2.5 s of the long reply")  # 10 ms frames
-    cut = len(caller.received)
+    cut, said_at = len(caller.received), time.time()
     caller.mic.say(interruption)
 
     def interrupted() -> list[dict]:
         return [r for r in _assistant(worker, room) if r["interrupted"]]
 
-    await wait_for(lambda: interrupted(), 60, "the long reply to be cut short")
+    try:
+        await wait_for(lambda: interrupted(), 60, "the long reply to be cut short")
+    except AssertionError as exc:  # when the caller heard the reply, on the clock of the app's records
+        raise AssertionError(f"{exc}: the caller heard the reply's first sound at "
+                             f"{caller.received_at[caller.first_loud_frame(asked)]:.3f} and talked over it "
+                             f"at {said_at:.3f}; its states since the question {caller.state_log[-6:]}") from None
     # all the model said of that reply: "You said:" and its recognizer's words of LONG (through
     # Opus and the SFU these may differ a little from LONG's own)
     full = words(interrupted()[-1]["said"][0])
