@@ -21,7 +21,10 @@ async def livekit_server():
     await server.start()
     yield server
     # shown with a failure: where each caller's audio got to (the server's own packet record)
-    print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
+    try:
+        print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
+    except TimeoutError:  # its loop is stuck: the stop below says so
+        pass
     await asyncio.wait_for(server.stop(), 20)
 
 
