@@ -178,13 +178,18 @@ async def test_two_rooms_at_once_in_one_worker_each_hear_their_own_reply(livekit
     worker = await start_app(DUPLEX_TEST_PLUGIN="reference")
     alice = await _ready_caller(livekit_server, worker, "alice", "room-a")
     bob = await _ready_caller(livekit_server, worker, "bob", "room-b")
+    questions = ("Please book a table for two people tonight.", "What is the weather like in London tomorrow?")
     try:
-        heard_alice, heard_bob = await asyncio.gather(
-            alice.say_and_hear("Please book a table for two people tonight.", timeout=120),
-            bob.say_and_hear("What is the weather like in London tomorrow?", timeout=120))
-        said_alice, said_bob = set(words(heard_alice)), set(words(heard_bob))
-        assert {"said", "table"} <= said_alice and not {"london", "weather"} & said_alice, heard_alice
-        assert {"said", "london"} <= said_bob and not {"table", "tonight"} & said_bob, heard_bob
+        replies = await asyncio.gather(alice.say_and_listen(questions[0], timeout=120),
+                                       bob.say_and_listen(questions[1], timeout=120))
+        for reply, question, own, other in zip(replies, questions, ("table", "london"),
+                                               ({"london", "weather"}, {"table", "tonight"})):
+            # each room's agent said back that room's question (its transcript in that room) ...
+            assert words(reply.transcript) == words("You said: " + question), reply
+            # ... and its caller heard it, none of the other's: Whisper on the agent's natural voice
+            # may mishear the soft "You said" (seen once under load as "You used to dead")
+            heard = set(words(reply.heard))
+            assert own in heard and not other & heard, reply
         # one model load for both jobs: the process loaded the reference voice once
         assert worker.log().count("loading Piper voice from") == 1
     finally:
