@@ -117,13 +117,14 @@ def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> N
             packets = repr(exc)
         record("away", inbound_packets=packets)
 
+    pending: set[asyncio.Future] = set()
+
     def on_away(ev) -> None:
         if ev.new_state == "away":
             task = asyncio.ensure_future(record_with_packets())
             pending.add(task)  # held until done: the loop keeps only a weak reference
             task.add_done_callback(pending.discard)
 
-    pending: set[asyncio.Future] = set()
     duplex.push_audio = push_counted  # AgentSession looks it up on the session for every frame
     session.on("user_state_changed", on_away)
     session.on("close", lambda ev: record("close"))  # at once: the job ends right after
