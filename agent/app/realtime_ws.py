@@ -5,7 +5,8 @@ session at once, before any client message, as vLLM-Omni does. Otherwise the fir
 message opens a session (``session.update``; any other event opens one with the
 defaults and is then applied) or reattaches one (``session.resume``). Then client
 events go to the conversation in arrival order; the transport-level ones are answered
-here: ``session.heartbeat`` (``heartbeat_ack``), ``session.event_ack`` (trims the replay
+here: ``session.heartbeat`` (``heartbeat_ack``, after the answers to everything before it when the
+conversation answers it in order, as vLLM-Omni does), ``session.event_ack`` (trims the replay
 journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
 ``event_id``, and the session keeps serving; ``response.cancel`` after the latest reply
 finished is ``response_not_active``. A socket that goes away -- dropped, or closed by the
@@ -269,7 +270,10 @@ class RealtimeEndpoint:
             await live.emit(p.ErrorEvent.of(code, str(exc), event_id=exc.event_id))
             return
         if isinstance(event, p.SessionHeartbeat):
-            await live.emit(p.SessionHeartbeatAck(live.session_id))
+            if live.conversation.answers_heartbeats:
+                live.conversation.send(event)  # answered in order, as vLLM-Omni answers it
+            else:
+                await live.emit(p.SessionHeartbeatAck(live.session_id))
         elif isinstance(event, p.SessionEventAck):
             try:
                 live.journal.acknowledge(event.server_event_seq)

@@ -41,6 +41,13 @@ class Conversation(Protocol):
 
     async def close(self, reason: str = "client_closed") -> None: ...
 
+    @property
+    def answers_heartbeats(self) -> bool:
+        """Optional: ``send`` takes ``session.heartbeat`` and answers it with ``session.heartbeat_ack``
+        after the answers to every event sent before it, as vLLM-Omni's command mailbox does. False:
+        the transport answers heartbeats itself, at once."""
+        return False
+
     def wire_fence(self) -> tuple[int, int]:
         """Optional: the conversation's (epoch, turn_id), which the realtime wire reports in its
         session object and event metadata; (0, 0) for one that keeps none (a remote server

@@ -156,6 +156,10 @@ class DuplexSessionRunner(Conversation):
         return self._core.fence
 
     @property
+    def answers_heartbeats(self) -> bool:
+        return True
+
+    @property
     def active(self) -> ActiveResponse | None:
         return self._responses.active
 
@@ -265,6 +269,9 @@ class DuplexSessionRunner(Conversation):
             await self._handle_internal(command)
             return
         self._last_activity = self._clock()
+        if isinstance(command, p.SessionHeartbeat):
+            self._emit(p.SessionHeartbeatAck(self.session_id))
+            return
         if isinstance(command, p.SessionUpdate):
             await self._session_update(command)
             return

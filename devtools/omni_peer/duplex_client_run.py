@@ -1,10 +1,12 @@
-"""vLLM-Omni's own ``DuplexClient`` against a duplex server; prints one JSON report line.
+"""vLLM-Omni's own ``DuplexClient`` against duplex servers; prints one JSON report line per run.
 
-Run with ``.venv-omni/bin/python -m devtools.omni_peer.duplex_client_run URL --turns 2 [--drop-after 1]``.
-Each turn streams a 600 ms tone, commits with a response, drains the reply's audio and
-acknowledges its playback, as an application built on the client would. ``--drop-after N``
-aborts the TCP connection (no close frame) after turn N, so the client's own resume runs.
-The tests read the report; this script asserts nothing itself.
+Run with ``.venv-omni/bin/python -m devtools.omni_peer.duplex_client_run --run URL DROP_AFTER
+[--run URL DROP_AFTER ...] [--turns 2]``: the runs go one after another in this one process
+(importing vLLM-Omni takes most of a run's time). Each turn streams a 600 ms tone, commits with a
+response, drains the reply's audio and acknowledges its playback, as an application built on the
+client would. A ``DROP_AFTER`` of N > 0 aborts the TCP connection (no close frame) after turn N,
+so the client's own resume runs; 0 never drops it. The tests read the reports; this script
+asserts nothing itself.
 """
 
 from __future__ import annotations
@@ -88,13 +90,13 @@ def main() -> int:
 
     native_stubs.install()
     parser = argparse.ArgumentParser()
-    parser.add_argument("url")
+    parser.add_argument("--run", nargs=2, action="append", required=True, metavar=("URL", "DROP_AFTER"))
     parser.add_argument("--turns", type=int, default=2)
-    parser.add_argument("--drop-after", type=int)
     parser.add_argument("--model", default="duplex")
     args = parser.parse_args()
-    report = asyncio.run(run(args.url, turns=args.turns, drop_after=args.drop_after, model=args.model))
-    print(json.dumps(report))
+    for url, drop_after in args.run:
+        report = asyncio.run(run(url, turns=args.turns, drop_after=int(drop_after) or None, model=args.model))
+        print(json.dumps({"url": url, "drop_after": int(drop_after), **report}), flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ its own sessions on them.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -82,24 +83,24 @@ def started(omni_python, tmp_path_factory) -> Iterator[Started]:
     processes.stop()
 
 
-@pytest.fixture
-def run_duplex_client(omni_python) -> Callable:
-    """run_duplex_client(url, *args) -> the report of vLLM-Omni's DuplexClient (devtools.omni_peer.duplex_client_run)."""
-    import asyncio
-    import json
+@pytest.fixture(scope="session")
+def run_duplex_client(omni_python) -> Callable[[list[tuple[str, int]]], list[dict]]:
+    """run_duplex_client([(url, drop_after), ...]) -> the reports of vLLM-Omni's DuplexClient, one per run, in order.
 
-    async def run(url: str, *args: str, timeout: float = 300.0) -> dict:
-        process = await asyncio.create_subprocess_exec(
-            omni_python, "-m", "devtools.omni_peer.duplex_client_run", url, *args, cwd=REPO,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    The runs go one after another in one process (``devtools.omni_peer.duplex_client_run``): the
+    import of vLLM-Omni is most of a run's time.
+    """
+    def run(runs: list[tuple[str, int]], timeout: float = 600.0) -> list[dict]:
+        command = [omni_python, "-m", "devtools.omni_peer.duplex_client_run"]
+        for url, drop_after in runs:
+            command += ["--run", url, str(drop_after)]
         try:
-            out, err = await asyncio.wait_for(process.communicate(), timeout)
-        except asyncio.TimeoutError:
-            process.kill()
-            await process.wait()
-            raise AssertionError(f"vLLM-Omni's DuplexClient did not finish in {timeout} s") from None
-        lines = [line for line in out.decode().splitlines() if line.startswith("{")]
-        assert process.returncode == 0 and lines, f"DuplexClient run failed ({process.returncode}):\n{err.decode()[-3000:]}"
-        return json.loads(lines[-1])
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"vLLM-Omni's DuplexClient runs did not finish in {timeout} s") from None
+        reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert done.returncode == 0 and len(reports) == len(runs), \
+            f"DuplexClient runs failed ({done.returncode}, {len(reports)} of {len(runs)} reports):\n{done.stderr[-3000:]}"
+        return reports
 
     return run

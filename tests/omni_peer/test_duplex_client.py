@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import pytest
 
+_DROPS = {"whole": 0, "dropped": 1}  # after which turn the connection is aborted (0: never)
+
 
 @pytest.fixture(scope="module")
-def servers(started):
-    return {"ours": started.serve(plugin="scripted"), "vllm-omni": started.peer()}
+def reports(started, run_duplex_client) -> dict[tuple[str, str], dict]:
+    """(server, connection) -> the client's report: every run in one client process, one after another."""
+    servers = {"ours": started.serve(plugin="scripted"), "vllm-omni": started.peer()}
+    runs = [(server, connection) for server in servers for connection in _DROPS]
+    done = run_duplex_client([(servers[server].realtime_url, _DROPS[connection]) for server, connection in runs])
+    return dict(zip(runs, done))
 
 
 def _check_report(report: dict) -> None:
@@ -27,15 +33,15 @@ def _check_report(report: dict) -> None:
 
 
 @pytest.mark.parametrize("server", ["ours", "vllm-omni"])
-async def test_duplex_client_completes_turns_and_acks(servers, run_duplex_client, server):
-    report = await run_duplex_client(servers[server].realtime_url, "--turns", "2")
+def test_duplex_client_completes_turns_and_acks(reports, server):
+    report = reports[server, "whole"]
     _check_report(report)
     assert report["resumed"] == 0
 
 
 @pytest.mark.parametrize("server", ["ours", "vllm-omni"])
-async def test_duplex_client_resumes_a_dropped_connection(servers, run_duplex_client, server):
-    report = await run_duplex_client(servers[server].realtime_url, "--turns", "2", "--drop-after", "1")
+def test_duplex_client_resumes_a_dropped_connection(reports, server):
+    report = reports[server, "dropped"]
     _check_report(report)
     assert report["resumed"] == 1, report
     assert report["session_ids"][0] == report["session_ids"][1], report
