@@ -4,10 +4,11 @@ A connection with ``?model=`` (and neither ``autostart=0`` nor ``resume=1``) ope
 session at once, before any client message, as vLLM-Omni does. Otherwise the first
 message opens a session (``session.update``; any other event opens one with the
 defaults and is then applied) or reattaches one (``session.resume``). Then client
-events go to the conversation in arrival order; the transport-level ones are answered
-here: ``session.heartbeat`` (``heartbeat_ack``, after the answers to everything before it when the
-conversation answers it in order, as vLLM-Omni does), ``session.event_ack`` (trims the replay
-journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
+events go to the conversation in arrival order. An in-process conversation answers each after
+the answers to everything sent before it, as vLLM-Omni's command mailbox does,
+``session.heartbeat``, ``turn.signal`` and ``input.text.append`` included; in front of a remote
+backend this endpoint answers those three on arrival. It always answers ``session.event_ack``
+(trims the replay journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
 ``event_id``, and the session keeps serving; ``response.cancel`` after the latest reply
 finished is ``response_not_active``. A socket that goes away -- dropped, or closed by the
 client with any code, 1000 and 1001 included (a browser reload) -- leaves the session alive
@@ -246,7 +247,7 @@ class RealtimeEndpoint:
             return
         if isinstance(event, p.InputAudioBufferAppend):
             event = live.rates.adapt(event)
-        elif isinstance(event, p.TurnSignal):
+        elif isinstance(event, p.TurnSignal) and not live.conversation.answers_wire_controls:
             await live.emit(p.TurnEvent(event.event, "accepted"))
             return
         elif isinstance(event, p.ResponseCancel) and _finished(live, event.response_id):
@@ -256,9 +257,8 @@ class RealtimeEndpoint:
             await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
                                             f"{live.encoder.last_response}", event_id=event.event_id))
             return
-        elif isinstance(event, p.InputTextAppend):
-            await live.emit(p.ErrorEvent.of("native_text_append_unsupported", "this session takes audio input only",
-                                            event_id=event.event_id))
+        elif isinstance(event, p.InputTextAppend) and not live.conversation.answers_wire_controls:
+            await live.emit(p.ErrorEvent.of(*p.TEXT_APPEND_REFUSED, event_id=event.event_id))
             return
         live.conversation.send(event)
 
@@ -270,7 +270,7 @@ class RealtimeEndpoint:
             await live.emit(p.ErrorEvent.of(code, str(exc), event_id=exc.event_id))
             return
         if isinstance(event, p.SessionHeartbeat):
-            if live.conversation.answers_heartbeats:
+            if live.conversation.answers_wire_controls:
                 live.conversation.send(event)  # answered in order, as vLLM-Omni answers it
             else:
                 await live.emit(p.SessionHeartbeatAck(live.session_id))

@@ -121,6 +121,10 @@ class InputTextAppend(ClientEvent):
     text: str
 
 
+#: The error code and message that answer ``input.text.append``: our sessions take audio input only.
+TEXT_APPEND_REFUSED = ("native_text_append_unsupported", "this session takes audio input only")
+
+
 @dataclass(slots=True)
 class ConversationItemCreate(ClientEvent):
     type: ClassVar[str] = "conversation.item.create"

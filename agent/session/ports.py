@@ -42,10 +42,11 @@ class Conversation(Protocol):
     async def close(self, reason: str = "client_closed") -> None: ...
 
     @property
-    def answers_heartbeats(self) -> bool:
-        """Optional: ``send`` takes ``session.heartbeat`` and answers it with ``session.heartbeat_ack``
-        after the answers to every event sent before it, as vLLM-Omni's command mailbox does. False:
-        the transport answers heartbeats itself, at once."""
+    def answers_wire_controls(self) -> bool:
+        """Optional: ``send`` takes the realtime wire's own client events (``session.heartbeat``,
+        ``turn.signal``, ``input.text.append``) and answers each after the answers to every event
+        sent before it, as vLLM-Omni's command mailbox does. False: the realtime endpoint answers
+        them itself, on arrival."""
         return False
 
     def wire_fence(self) -> tuple[int, int]:

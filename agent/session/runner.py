@@ -156,7 +156,7 @@ class DuplexSessionRunner(Conversation):
         return self._core.fence
 
     @property
-    def answers_heartbeats(self) -> bool:
+    def answers_wire_controls(self) -> bool:
         return True
 
     @property
@@ -305,6 +305,10 @@ class DuplexSessionRunner(Conversation):
             self._responses.item_retrieve(command)
         elif isinstance(command, p.ConversationItemDelete):
             self._responses.item_delete(command)
+        elif isinstance(command, p.TurnSignal):
+            self._emit(p.TurnEvent(command.event, "accepted"))
+        elif isinstance(command, p.InputTextAppend):
+            raise p.ProtocolError(*p.TEXT_APPEND_REFUSED)
         elif isinstance(command, p.InputDtmf):
             if command.digit not in DTMF_DIGITS:
                 raise p.ProtocolError("invalid_field", f"DTMF digit must be one of {''.join(sorted(DTMF_DIGITS))}")

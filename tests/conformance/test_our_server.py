@@ -204,20 +204,24 @@ async def test_heartbeat_and_close(our_server):
     assert omni.ws is not None and omni.ws.close_code == 1000
 
 
-async def test_a_heartbeat_is_answered_after_everything_sent_before_it(our_server):
-    """vLLM-Omni answers ``session.heartbeat`` in its command order, so a client can fence on its ack."""
+async def test_the_wire_controls_are_answered_after_everything_sent_before_them(our_server):
+    """vLLM-Omni answers ``session.heartbeat``, ``turn.signal`` and ``input.text.append`` in its command
+    order, so a client can fence on a heartbeat's ack."""
     _, client, _, _ = await our_server()
     omni = client()
     await omni.open(MANUAL)
     await omni.until("session.updated")  # the echo of the opening update
     await omni.append(tone(3000))  # 150 appends keep the session's mailbox busy when the rest arrives
     await omni.send({"type": "input_audio_buffer.clear"})
+    await omni.send({"type": "turn.signal", "event": "wave"})
+    await omni.send({"type": "input.text.append", "text": "hello", "event_id": "evt_text"})
     await omni.send({"type": "conversation.item.retrieve", "item_id": "item_unknown", "event_id": "evt_retrieve"})
     await omni.send({"type": "session.heartbeat"})
     _, seen = await omni.until("session.heartbeat_ack")
     kinds = [event["type"] for event in seen]
-    assert kinds[-3:] == ["input_audio_buffer.cleared", "error", "session.heartbeat_ack"], kinds
-    assert seen[-2]["error"]["code"] == "item_not_found"
+    assert kinds[-5:] == ["input_audio_buffer.cleared", "turn.event", "error", "error", "session.heartbeat_ack"], kinds
+    assert [seen[i]["error"]["code"] for i in (-3, -2)] == ["native_text_append_unsupported", "item_not_found"]
+    assert [seen[i]["error"]["event_id"] for i in (-3, -2)] == ["evt_text", "evt_retrieve"]
 
 
 async def test_duplex_query_spellings(our_server):

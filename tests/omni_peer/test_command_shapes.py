@@ -88,6 +88,13 @@ CASES = [
     Case("output_audio_buffer.clear with response_id", [{"type": "output_audio_buffer.clear",
                                                          "response_id": "resp_x"}]),
     Case("session.event_ack", [{"type": "session.event_ack", "server_event_seq": 1}]),
+    # Answered in command order: after the answer to the command before.
+    Case("input_audio_buffer.clear then turn.signal", [APPEND, {"type": "input_audio_buffer.clear"},
+                                                       {"type": "turn.signal", "event": "wave"}]),
+    Case("input_audio_buffer.clear then input.text.append", [APPEND, {"type": "input_audio_buffer.clear"},
+                                                             {"type": "input.text.append", "text": "hello"}]),
+    Case("input_audio_buffer.clear then session.heartbeat", [APPEND, {"type": "input_audio_buffer.clear"},
+                                                             {"type": "session.heartbeat"}]),
 ]
 
 
