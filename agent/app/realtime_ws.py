@@ -6,9 +6,10 @@ message opens a session (``session.update``; any other event opens one with the
 defaults and is then applied) or reattaches one (``session.resume``). Then client
 events go to the conversation in arrival order. An in-process conversation answers each after
 the answers to everything sent before it, as vLLM-Omni's command mailbox does,
-``session.heartbeat``, ``turn.signal`` and ``input.text.append`` included; in front of a remote
-backend this endpoint answers those three on arrival. It always answers ``session.event_ack``
-(trims the replay journal), ``session.close`` (``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
+``session.heartbeat``, ``turn.signal``, ``input.text.append`` and the cancel of a finished reply
+included; in front of a remote backend this endpoint answers those four on arrival. It always
+answers ``session.event_ack`` (trims the replay journal) and ``session.close``
+(``session.closed``, then close 1000). Bad input gets an ``error`` with vLLM-Omni's code and the client's
 ``event_id``, and the session keeps serving; ``response.cancel`` after the latest reply
 finished is ``response_not_active``. A socket that goes away -- dropped, or closed by the
 client with any code, 1000 and 1001 included (a browser reload) -- leaves the session alive
@@ -121,6 +122,7 @@ class RealtimeEndpoint:
             await _send_direct(ws, p.ErrorEvent.of(exc.code, str(exc), event_id=update.event_id,
                                                    error_type="rate_limit_error"))
             return None
+        conversation.client_plays_out()
         events = aiter(conversation.events())
         conversation.send(update)
         early: list[p.ServerEvent] = []
@@ -250,10 +252,9 @@ class RealtimeEndpoint:
         elif isinstance(event, p.TurnSignal) and not live.conversation.answers_wire_controls:
             await live.emit(p.TurnEvent(event.event, "accepted"))
             return
-        elif isinstance(event, p.ResponseCancel) and _finished(live, event.response_id):
-            # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared
-            # (this client plays it; the edge transports' cancel of a reply still in our playout
-            # goes on to ResponseQueue.response_cancel, which stops it there).
+        elif (isinstance(event, p.ResponseCancel) and not live.conversation.answers_wire_controls
+              and _finished(live, event.response_id)):
+            # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
             await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
                                             f"{live.encoder.last_response}", event_id=event.event_id))
             return

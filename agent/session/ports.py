@@ -44,9 +44,10 @@ class Conversation(Protocol):
     @property
     def answers_wire_controls(self) -> bool:
         """Optional: ``send`` takes the realtime wire's own client events (``session.heartbeat``,
-        ``turn.signal``, ``input.text.append``) and answers each after the answers to every event
-        sent before it, as vLLM-Omni's command mailbox does. False: the realtime endpoint answers
-        them itself, on arrival."""
+        ``turn.signal``, ``input.text.append``, and, after ``client_plays_out``, the cancel of a
+        finished reply) and answers each after the answers to every event sent before it, as
+        vLLM-Omni's command mailbox does. False: the realtime endpoint answers them itself, on
+        arrival."""
         return False
 
     def wire_fence(self) -> tuple[int, int]:
@@ -54,6 +55,12 @@ class Conversation(Protocol):
         session object and event metadata; (0, 0) for one that keeps none (a remote server
         reports its own)."""
         return (0, 0)
+
+    def client_plays_out(self) -> None:
+        """Optional: the client plays the replies' audio itself (the realtime websocket). A
+        ``response.cancel`` of a reply whose generation finished is then ``response_not_active``,
+        answered in order as vLLM-Omni does, where a call path's cancel would stop that reply in
+        our playout."""
 
     def use_caller_vad(self, scores: SharedScores) -> None:
         """Optional: take turn detection from the transport's caller VAD (one VAD pass per call).

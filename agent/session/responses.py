@@ -81,6 +81,8 @@ class ResponseManager:
         self.pending_turns: deque[tuple[int, str, str]] = deque()
         self.history: list[HistoryItem] = []
         self._user_items_by_turn: dict[int, str] = {}
+        #: The client plays the audio itself (the realtime websocket): see ``response_cancel``.
+        self.client_plays_out = False
 
     # ---- turns ----
 
@@ -222,9 +224,12 @@ class ResponseManager:
         if active is not None and command.response_id in (None, active.response_id):
             await self.cancel(command.reason)
         elif last is not None and command.response_id in (None, last.response_id):
+            if self.client_plays_out:
+                # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
+                raise p.ProtocolError("response_not_active", f"Response is already complete: {last.response_id}",
+                                      event_id=command.event_id)
             # Generation had finished but its audio may still be playing at the edge: the call path's
-            # barge-in (direct WebRTC, LiveKit) names the reply its playout holds. The websocket answers
-            # such a cancel itself (response_not_active, as vLLM-Omni does): its client holds the playout.
+            # barge-in (direct WebRTC, LiveKit) names the reply its playout holds.
             last.ledger.interrupt()
             self._core.emit(p.OutputAudioBufferCleared(last.response_id))
         elif command.response_id:

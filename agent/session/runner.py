@@ -201,6 +201,9 @@ class DuplexSessionRunner(Conversation):
             self._queued_append_bytes += size
         self._mailbox.put_nowait((seq, event))
 
+    def client_plays_out(self) -> None:
+        self._responses.client_plays_out = True
+
     def use_caller_vad(self, scores: SharedScores) -> None:
         """The call's edge VAD scores every window already: turn detection reads its scores."""
         self._input.use_caller_scores(scores)
