@@ -4,8 +4,9 @@ A run opens a fresh session, sends the case's events, then a ``session.heartbeat
 (both servers answer commands in order, so the ``session.heartbeat_ack`` comes after the answers
 to everything before it); a case that starts a response waits for its ``response.done`` first.
 A reply a server starts on its own (ours, on a bare commit) streams on after its command's answer,
-so only what of it came before the fence is compared. What is compared is the shape, not the content: the event names in
-order, each event's keys with the JSON types of their values, and the error codes.
+so only what of it came before the fence is compared. What is compared is the shape, not the
+content: the event names in order, each event's keys with the JSON types of their values, and the
+error codes.
 """
 
 from __future__ import annotations
