@@ -81,8 +81,19 @@ class Browser:
         try:
             WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(lambda _: wanted in self.text(element_id))
         except TimeoutException:
-            raise AssertionError(f"#{element_id} never showed {wanted!r}; it shows {self.text(element_id)!r}") from None
+            shot = self.screenshot(f"failed-wait-for-{element_id}")
+            raise AssertionError(f"#{element_id} never showed {wanted!r}; it shows {self.text(element_id)!r}; the "
+                                 f"page's #error shows {self._text_if_any('error')!r} (screenshot: "
+                                 f"artifacts/{shot.name})") from None
         return self.text(element_id)
+
+    def _text_if_any(self, element_id: str) -> str | None:
+        from selenium.common.exceptions import NoSuchElementException
+
+        try:
+            return self.text(element_id)
+        except NoSuchElementException:
+            return None
 
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)
