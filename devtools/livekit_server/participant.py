@@ -14,6 +14,7 @@ from livekit.protocol import models, rtc
 from . import media_relay
 from .aiortc_seams import set_msid_stream
 from .ids import new_sid
+from .publisher_answer import configure_publisher_answer
 
 if TYPE_CHECKING:
     from .room import Room
@@ -197,12 +198,9 @@ class Participant:
         await self._flush_trickle(0)
         answer = await self.pub_pc.createAnswer()
         await self.pub_pc.setLocalDescription(answer)
-        await self.send(
-            rtc.SignalResponse(
-                answer=rtc.SessionDescription(type="answer", sdp=self.pub_pc.localDescription.sdp,
-                                              id=sd.id)
-            )
-        )
+        # Only the publisher reads these settings (how it may send); the forwarder needs none of them.
+        sdp = configure_publisher_answer(self.pub_pc.localDescription.sdp, sd.sdp, self._audio_track_info)
+        await self.send(rtc.SignalResponse(answer=rtc.SessionDescription(type="answer", sdp=sdp, id=sd.id)))
         await self._check_unpublished(sd.sdp)
 
     async def _on_answer(self, sd: rtc.SessionDescription) -> None:
@@ -333,6 +331,13 @@ class Participant:
         self.info.is_publisher = True
         self.bump_version()
         self.spawn(self.room.on_track_published(self, pending), "lk-track-published")
+
+    def _audio_track_info(self, cid: str) -> models.TrackInfo | None:
+        """The audio track the publisher added under ``cid`` (its offer's msid track id)."""
+        for pt in (*self._pending.values(), *self.tracks.values()):
+            if pt.cid == cid and pt.info.type == models.TrackType.AUDIO:
+                return pt.info
+        return None
 
     async def _check_unpublished(self, offer_sdp: str) -> None:
         sections = {s["mid"]: s for s in media_relay.media_sections(offer_sdp)}

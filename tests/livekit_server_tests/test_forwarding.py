@@ -130,6 +130,36 @@ async def test_the_last_packets_before_a_pause_are_forwarded_at_once(server: Loo
             await asyncio.sleep(0.1)
 
 
+async def test_a_quiet_publisher_sends_dtx_unless_its_track_refused_it(server: LoopbackLiveKitServer, rooms) -> None:
+    """The server answers a publisher with DTX on, as LiveKit's does: a quiet track sends a packet
+    in 200-400 ms; one published with ``dtx=False`` goes on at one every 20 ms, and a loud one
+    with DTX on sends every packet."""
+    room = await join(server, rooms, "alice-dtx", "dtx")
+    options = {"quiet": MIC, "loud": MIC,
+               "quiet, dtx refused": rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, dtx=False)}
+    quiet_sources = [rtc.AudioSource(48000, 1) for _ in range(2)]  # nothing captured: the source sends silence
+    with SineFeeder() as feeder:
+        tracks = {"quiet": rtc.LocalAudioTrack.create_audio_track("quiet", quiet_sources[0]), "loud": feeder.track,
+                  "quiet, dtx refused": rtc.LocalAudioTrack.create_audio_track("refused", quiet_sources[1])}
+        sids = {}
+        for name, track in tracks.items():
+            sids[name] = (await asyncio.wait_for(room.local_participant.publish_track(track, options[name]), 60)).sid
+
+        def arrivals(name: str) -> list[int]:
+            return [a.arrived_ns for a in server.forwarding()[0] if a.track_sid == sids[name]]
+
+        # A window of 100 packets (2 s) of the track that keeps sending, after its first 50.
+        await eventually(lambda: len(arrivals("quiet, dtx refused")) >= 150, 60)
+        start, end = arrivals("quiet, dtx refused")[50], arrivals("quiet, dtx refused")[149]
+    for source in quiet_sources:
+        await source.aclose()
+    in_window = {name: sum(1 for t in arrivals(name) if start <= t <= end) for name in sids}
+    seconds = (end - start) / 1e9
+    print(f"packets over {seconds:.2f} s: {in_window}")
+    assert in_window["quiet"] <= seconds * 10, in_window  # DTX: 2.5-5 a second; 50 without
+    assert in_window["loud"] >= 75, in_window  # speech is sent whole
+
+
 class PeersOnTheirOwnLoop:
     """A publisher and a subscriber on a thread and event loop of their own."""
 
