@@ -2,9 +2,11 @@
 
 Each call is a thread with its own loop (as livekit-agents runs jobs), connected to a room of its
 own on the loopback LiveKit server, publishing an agent voice track that stays quiet (as an agent
-is for most of a call). ``queued``: the source as the worker makes it (a 60 ms queue): livekit's
-native source then feeds WebRTC 10 ms of silence every 10 ms, which its Opus encoder encodes and
-sends. ``unqueued``: ``queue_size_ms=0``, whose source feeds only what is captured. The modes
+is for most of a call). ``queued``: a queued source (60 ms), as the worker's, with DTX refused:
+livekit's native source feeds WebRTC 10 ms of silence every 10 ms, which its Opus encoder encodes
+and sends, a packet every 20 ms. ``queued-dtx``: the same with DTX, as the worker publishes and
+LiveKit answers it: the silence is still encoded, but sent as a packet in 200-400 ms.
+``unqueued``: ``queue_size_ms=0``, whose source feeds only what is captured. The modes
 alternate at each N in the same run; CPU is this process's, per thread name from ``/proc``.
 
 Run: python -m bench.livekit_voice [--calls 4,8,16] [--seconds 5]
@@ -38,9 +40,8 @@ async def one_call(url: str, mode: str, index: int, joined: threading.Barrier, s
     FfiRouter.shared().own_room(room)
     source = rtc.AudioSource(48000, 1, queue_size_ms=QUEUE_MS[mode])
     track = rtc.LocalAudioTrack.create_audio_track("agent-voice", source)
-    options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
-    if mode == "queued-dtx":
-        options.dtx, options.red = True, False
+    # Behind LiveKit a track sends DTX unless it refuses it (the SDK's default is on); "queued" refuses.
+    options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, dtx=mode == "queued-dtx")
     await room.local_participant.publish_track(track, options)
     await asyncio.to_thread(joined.wait)
     while not stop.is_set():
@@ -84,10 +85,10 @@ def main() -> None:
             results = run_modes(voice_round, MODES, calls, "captured")
         finally:
             server.stop()
-    print(f"{'calls':>5} | " + " | ".join(f"{m + ' % core/call':>20}" for m in MODES) + " | unqueued / queued")
+    print(f"{'calls':>5} | " + " | ".join(f"{m + ' % core/call':>20}" for m in MODES) + " | unqueued / queued | dtx / queued")
     for n in calls:
         per_call = [100 * results[mode, n][0] / n for mode in MODES]
-        print(f"{n:5d} | " + " | ".join(f"{v:20.2f}" for v in per_call) + f" | {per_call[1] / per_call[0]:17.2f}")
+        print(f"{n:5d} | " + " | ".join(f"{v:20.2f}" for v in per_call) + f" | {per_call[1] / per_call[0]:17.2f} | {per_call[2] / per_call[0]:12.2f}")
     print("busiest threads over each whole round (CPU seconds):")
     for key, ticks in by_thread.items():
         print(f"  {key[0]:8} {key[1]:2d}: " + ", ".join(f"{name} {t / hz:.2f}" for name, t in ticks.most_common(5)))
