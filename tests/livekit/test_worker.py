@@ -4,6 +4,7 @@ talking with callers on the real livekit SDK."""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import soxr
@@ -110,6 +111,14 @@ async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):
     await wait_for(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's reply")
     user = [t for t in caller.transcripts if t.sender == "sip_+15550100"]
     assert user and "table" in words(user[0].text)
+
+    # Quiet, the agent's voice goes out as DTX, as behind LiveKit: a packet in 200-400 ms, not every 20 ms.
+    await wait_for(lambda: caller.agent_states[-1:] == ["listening"], 30, "the agent to be quiet")
+    agent_track = next(iter(livekit_server.rooms[room].participants[agent].tracks))
+    heard, since_ns = len(caller.received), time.perf_counter_ns()
+    await wait_for(lambda: len(caller.received) >= heard + 200, 30, "2 s more of the agent's track")
+    sent = [a for a in livekit_server.forwarding()[0] if a.track_sid == agent_track and a.arrived_ns >= since_ns]
+    assert caller.agent_states[-1] == "listening" and len(sent) <= 20, (caller.agent_states, len(sent))
 
     for code, digit in ((1, "1"), (2, "2"), (11, "#")):
         await caller.room.local_participant.publish_dtmf(code=code, digit=digit)

@@ -133,7 +133,10 @@ class LiveKitRoomCall:
 
     async def run(self) -> None:
         track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source.source)
-        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+        # DTX (the SDK's default, said here as a choice): LiveKit then answers it on, and the quiet
+        # stretches go as a packet in 200-400 ms; a reply after quiet is heard no later for it
+        # (bench.livekit_quiet_gap, docs/performance.md).
+        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, dtx=True)
         await self.room.local_participant.publish_track(track, options)
         self._published = True
         self._writer_task = asyncio.create_task(self._write_to_room(), name="livekit-room-writes")
