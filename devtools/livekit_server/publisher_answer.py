@@ -3,7 +3,7 @@
 livekit-server (``configurePublisherAnswer``) adds ``usedtx=1`` to an audio track's Opus format
 in its answer unless the track was added with ``disable_dtx``, and ``stereo=1;
 maxaveragebitrate=510000`` to a stereo one. The publisher's WebRTC then sends DTX: through
-silence, one packet in about 400 ms instead of one every 20 ms. The SDKs publish with DTX on
+silence, one packet in 200-400 ms instead of one every 20 ms. The SDKs publish with DTX on
 unless told otherwise (livekit-client, and the Rust core behind ``livekit.rtc``), so behind
 LiveKit nearly every quiet caller and agent sends that way; a loopback server that answered
 without it would have every test and figure see a stream LiveKit never carries.

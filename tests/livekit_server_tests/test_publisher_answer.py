@@ -7,8 +7,8 @@ from livekit.protocol import models
 from devtools.livekit_server.publisher_answer import configure_publisher_answer
 
 
-def section(mid: str, msid_track: str, *, fmtp: bool, kind: str = "audio") -> list[str]:
-    lines = [f"m={kind} 9 UDP/TLS/RTP/SAVPF 111 0", f"a=mid:{mid}", "a=sendrecv",
+def section(mid: str, msid_track: str, *, fmtp: bool) -> list[str]:
+    lines = ["m=audio 9 UDP/TLS/RTP/SAVPF 111 0", f"a=mid:{mid}", "a=sendrecv",
              f"a=msid:stream {msid_track}", "a=rtpmap:111 opus/48000/2", "a=rtpmap:0 PCMU/8000"]
     return lines + (["a=fmtp:111 minptime=10;useinbandfec=1"] if fmtp else [])
 
