@@ -112,12 +112,24 @@ async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):
     user = [t for t in caller.transcripts if t.sender == "sip_+15550100"]
     assert user and "table" in words(user[0].text)
 
-    # Quiet, the agent's voice goes out as DTX, as behind LiveKit: a packet in 200-400 ms, not every 20 ms.
+    # Quiet, the agent's voice goes out as DTX, as behind LiveKit: once the reply's tail and the
+    # encoder's hangover are sent, a packet in 200-400 ms, not every 20 ms.
     await wait_for(lambda: caller.agent_states[-1:] == ["listening"], 30, "the agent to be quiet")
     agent_track = next(iter(livekit_server.rooms[room].participants[agent].tracks))
+
+    def agent_packets_ns(since_ns: int) -> list[int]:
+        return [a.arrived_ns for a in livekit_server.forwarding()[0] if a.track_sid == agent_track and a.arrived_ns >= since_ns]
+
+    quiet_ns = time.perf_counter_ns()
+
+    def dtx_began() -> bool:
+        arrivals = agent_packets_ns(quiet_ns)
+        return any(later - earlier >= 100_000_000 for earlier, later in zip(arrivals, arrivals[1:]))
+
+    await wait_for(dtx_began, 10, "a 100 ms gap in the agent's packets (DTX)")
     heard, since_ns = len(caller.received), time.perf_counter_ns()
     await wait_for(lambda: len(caller.received) >= heard + 200, 30, "2 s more of the agent's track")
-    sent = [a for a in livekit_server.forwarding()[0] if a.track_sid == agent_track and a.arrived_ns >= since_ns]
+    sent = agent_packets_ns(since_ns)
     assert caller.agent_states[-1] == "listening" and len(sent) <= 20, (caller.agent_states, len(sent))
 
     for code, digit in ((1, "1"), (2, "2"), (11, "#")):
