@@ -15,6 +15,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 from aiortc.sdp import candidate_from_sdp
 
+from . import red
 from .aiortc_seams import RtpWriter, tap_rtp
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class Arrival(NamedTuple):
     sequence_number: int
     arrived_ns: int
     lost: bool  # dropped on arrival by ``AudioForwarder.lose`` (fault tests)
+    red: bool  # sent as RED by the publisher
 
 
 class ForwardingRecord:
@@ -121,28 +123,34 @@ def _last(stamps: list[int], now_ns: int) -> str:
 class AudioForwarder:
     """A published audio track's packets, sent on to each subscriber as they arrive, as
     LiveKit's SFU does: no jitter buffer, no decode, no hold. A packet lost on the way in
-    is simply not forwarded; the subscriber sees the gap in sequence numbers."""
+    is simply not forwarded; the subscriber sees the gap in sequence numbers. A track the
+    publisher sends as RED (``red_payload_type``, as the server's answer chose) goes on as
+    RED to a subscriber that took RED, and as its Opus frames alone to one that did not."""
 
     kind = "audio"
 
-    def __init__(self, receiver: RTCRtpReceiver, track_sid: str, record: ForwardingRecord) -> None:
+    def __init__(self, receiver: RTCRtpReceiver, track_sid: str, record: ForwardingRecord,
+                 red_payload_type: int | None = None) -> None:
         self.track_sid = track_sid
+        self.red_payload_type = red_payload_type
         self._record = record
         self._subs: set[ForwardedAudioTrack] = set()
         self._to_lose = 0
-        tap_rtp(receiver, self._on_rtp)
+        tap_rtp(receiver, self._on_rtp, red_payload_type)
 
     def lose(self, count: int) -> None:
         """Drop the next ``count`` packets on arrival, as loss on the publisher's uplink."""
         self._to_lose += count
 
-    async def _on_rtp(self, packet: RtpPacket) -> None:
+    async def _on_rtp(self, packet: RtpPacket) -> bool:
+        """Forwards ``packet``; False if it was lost on the way in."""
         arrived = time.perf_counter_ns()
         lost = self._to_lose > 0
-        self._record.arrivals.append(Arrival(self.track_sid, packet.sequence_number, arrived, lost))
+        self._record.arrivals.append(Arrival(self.track_sid, packet.sequence_number, arrived, lost,
+                                             packet.payload_type == self.red_payload_type))
         if lost:
             self._to_lose -= 1
-            return
+            return False
         for sub in list(self._subs):
             if not sub.writer.ready:
                 continue
@@ -153,8 +161,11 @@ class AudioForwarder:
             except Exception:  # raised here it would end the publisher's receive loop
                 log.exception("forwarding to %s failed", sub.subscriber)
                 continue
+            if sent is None:
+                continue
             self._record.hops.append(Hop(self.track_sid, sub.subscriber, packet.sequence_number,
                                          arrived, sent))
+        return True
 
     def attach(self, pc: RTCPeerConnection, subscriber: str):
         """A sendonly transceiver on ``pc`` carrying this track; returns (track, transceiver)."""
@@ -191,10 +202,25 @@ class ForwardedAudioTrack(MediaStreamTrack):
         self._seq_offset = random.getrandbits(16)
         self._ts_offset = random.getrandbits(32)
 
-    async def forward(self, packet: RtpPacket) -> int:
-        """Sends ``packet`` on; when it was handed to the transport (perf_counter_ns)."""
-        return await self.writer.write(packet, (packet.sequence_number + self._seq_offset) & 0xFFFF,
-                                (packet.timestamp + self._ts_offset) & 0xFFFFFFFF)
+    @property
+    def offers_red(self) -> bool:
+        """Whether the server offers this subscriber RED (the publisher sends it)."""
+        return self._forwarder.red_payload_type is not None
+
+    async def forward(self, packet: RtpPacket) -> int | None:
+        """Sends ``packet`` on; when it was handed to the transport (perf_counter_ns), or None
+        for a RED packet whose payload is not RED, which is dropped."""
+        writer = self.writer
+        payload_type, payload = writer.payload_type, packet.payload
+        if packet.payload_type == self._forwarder.red_payload_type:
+            if writer.red_payload_type is not None:  # RED as it came, its blocks in this subscriber's Opus type
+                payload_type, payload = writer.red_payload_type, red.with_payload_type(payload, writer.payload_type)
+            else:
+                payload = red.primary(payload)
+        if payload is None:
+            return None
+        return await writer.write(packet, (packet.sequence_number + self._seq_offset) & 0xFFFF,
+                                  (packet.timestamp + self._ts_offset) & 0xFFFFFFFF, payload_type, payload)
 
     async def recv(self):
         await self._ended.wait()
@@ -285,9 +311,11 @@ class RelayedTrack(MediaStreamTrack):
 
 
 def make_fanout(track: MediaStreamTrack, receiver: RTCRtpReceiver, track_sid: str,
-                record: ForwardingRecord, publisher: str) -> AudioForwarder | TrackFanout:
-    """``publisher``: "room/identity", for the record's summary."""
+                record: ForwardingRecord, publisher: str,
+                red_payload_type: int | None = None) -> AudioForwarder | TrackFanout:
+    """``publisher``: "room/identity", for the record's summary; ``red_payload_type``: the RED
+    the server's answer put first for an audio track."""
     if track.kind == "audio":
         record.publishers[track_sid] = publisher
-        return AudioForwarder(receiver, track_sid, record)
+        return AudioForwarder(receiver, track_sid, record, red_payload_type)
     return TrackFanout(track, track_sid)

@@ -8,13 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from livekit.protocol import models, rtc
 
 from . import media_relay
 from .aiortc_seams import set_msid_stream
 from .ids import new_sid
-from .publisher_answer import configure_publisher_answer
+from .publisher_answer import configure_publisher_answer, red_payload_types
+from .subscriber_offer import offer_red, red_taken
 
 if TYPE_CHECKING:
     from .room import Room
@@ -36,7 +37,7 @@ class PublishedTrack:
 class Subscription:
     track: PublishedTrack
     relayed: media_relay.ForwardedAudioTrack | media_relay.RelayedTrack
-    transceiver: object
+    transceiver: RTCRtpTransceiver
     disabled: bool = False
 
 
@@ -193,12 +194,13 @@ class Participant:
         await self.pub_pc.setRemoteDescription(RTCSessionDescription(sdp=sd.sdp, type="offer"))
         self._remote_set[0] = True
         new_media, self._new_media = self._new_media, []
+        red_of_mid = red_payload_types(sd.sdp, self._audio_track_info)  # before the tracks stop being pending
         for track in new_media:
-            self._on_media_track(track, sd.sdp)
+            self._on_media_track(track, sd.sdp, red_of_mid)
         await self._flush_trickle(0)
         answer = await self.pub_pc.createAnswer()
         await self.pub_pc.setLocalDescription(answer)
-        # Only the publisher reads these settings (how it may send); the forwarder needs none of them.
+        # The publisher reads these settings (how it may send); of them, the forwarder needs only RED's.
         sdp = configure_publisher_answer(self.pub_pc.localDescription.sdp, sd.sdp, self._audio_track_info)
         await self.send(rtc.SignalResponse(answer=rtc.SessionDescription(type="answer", sdp=sdp, id=sd.id)))
         await self._check_unpublished(sd.sdp)
@@ -304,7 +306,7 @@ class Participant:
         await self.room.remove_participant(self, models.DisconnectReason.CLIENT_INITIATED)
 
     # -- publishing -------------------------------------------------------
-    def _on_media_track(self, track, offer_sdp: str) -> None:
+    def _on_media_track(self, track, offer_sdp: str, red_of_mid: dict[str, int]) -> None:
         mid = receiver = None
         for t in self.pub_pc.getTransceivers():
             if t.receiver.track is track:
@@ -326,7 +328,7 @@ class Participant:
             return
         pending.info.mid = mid or ""
         pending.fanout = media_relay.make_fanout(track, receiver, pending.info.sid, self.room.forwarding,
-                                                 f"{self.room.name}/{self.identity}")
+                                                 f"{self.room.name}/{self.identity}", red_of_mid.get(mid or ""))
         self.tracks[pending.info.sid] = pending
         self.info.is_publisher = True
         self.bump_version()
@@ -402,14 +404,19 @@ class Participant:
             try:
                 offer = await self.sub_pc.createOffer()
                 await self.sub_pc.setLocalDescription(offer)
+                audio = [s for s in self.subscriptions.values() if isinstance(s.relayed, media_relay.ForwardedAudioTrack)]
+                red_mids = {s.transceiver.mid for s in audio if s.relayed.offers_red}
                 self._answer_fut = asyncio.get_running_loop().create_future()
                 await self.send(
                     rtc.SignalResponse(
-                        offer=rtc.SessionDescription(type="offer", sdp=self.sub_pc.localDescription.sdp)
+                        offer=rtc.SessionDescription(type="offer", sdp=offer_red(self.sub_pc.localDescription.sdp, red_mids))
                     )
                 )
                 sdp = await asyncio.wait_for(self._answer_fut, NEGOTIATION_TIMEOUT)
                 await self.sub_pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+                taken = red_taken(sdp)
+                for s in audio:
+                    s.relayed.writer.red_payload_type = taken.get(s.transceiver.mid)
                 self._remote_set[1] = True
                 await self._flush_trickle(1)
             except asyncio.TimeoutError:

@@ -82,6 +82,13 @@ async def test_a_lost_packet_does_not_hold_the_ones_after_it(server: LoopbackLiv
         await eventually(lambda: sum(1 for h in hops_of(server, sid) if h.arrived_ns > lost.arrived_ns) >= 50, 30)
         bob = next(r for r in rooms if r.local_participant.identity == "bob-loss")
         stats = await bob.get_rtc_stats()
+        # The publisher hears of the loss from the server's receiver reports, as from LiveKit's
+        # (its encoder's in-band FEC and bitrate follow them).
+        alice = next(r for r in rooms if r.local_participant.identity == "alice-loss")
+        deadline = time.monotonic() + 10
+        while await _reported_lost(alice) < 1:
+            assert time.monotonic() < deadline, "no receiver report told alice of her lost packet"
+            await asyncio.sleep(0.2)
 
     arrivals = [a for a in server.forwarding()[0] if a.track_sid == sid]
     hops = {h.sequence_number: h for h in hops_of(server, sid)}
@@ -100,6 +107,13 @@ async def test_a_lost_packet_does_not_hold_the_ones_after_it(server: LoopbackLiv
     counted = re.fullmatch(rf"{sid} from loss/alice-loss: (\d+) packets in, the last [\d.]+ s ago; "
                            r"(\d+) to bob-loss, the last [\d.]+ s ago", line)
     assert counted and int(counted[1]) > int(counted[2]) >= len(hops), line
+
+
+async def _reported_lost(publisher: rtc.Room) -> int:
+    """How many lost packets the server's receiver reports have told ``publisher`` of."""
+    stats = await publisher.get_rtc_stats()
+    reports = [s.remote_inbound_rtp for s in stats.publisher_stats if s.WhichOneof("stats") == "remote_inbound_rtp"]
+    return max((r.received.packets_lost for r in reports), default=0)
 
 
 async def test_the_last_packets_before_a_pause_are_forwarded_at_once(server: LoopbackLiveKitServer, rooms) -> None:
@@ -221,3 +235,46 @@ async def test_forwarding_goes_on_while_the_test_loop_is_blocked(server: Loopbac
     heard = [t for t in peers.heard_ns if start <= t <= end]
     assert len(during) >= 25, f"{len(during)} packets forwarded in the 1 s the test's loop was blocked"
     assert len(heard) >= 25, f"the subscriber got {len(heard)} frames in that second"
+
+
+async def test_red_rebuilds_a_lost_packets_frame_at_the_subscriber(server: LoopbackLiveKitServer, rooms) -> None:
+    """The server answers a publisher with RED first and forwards RED to a subscriber that takes
+    it, as LiveKit's does: a packet lost on the way in is rebuilt from the copy the next one
+    carries, so the subscriber conceals next to nothing. The same losses on a track published
+    with ``red=False`` are each concealed."""
+    losses = 20
+    concealment_events = {}
+    for red in (True, False):
+        room = f"red-{red}".lower()
+        alice = await join(server, rooms, f"alice-{room}", room)
+        bob = await join(server, rooms, f"bob-{room}", room)
+        subscribed = asyncio.get_running_loop().create_future()
+        bob.on("track_subscribed", lambda track, *_: subscribed.done() or subscribed.set_result(track))
+        with SineFeeder() as feeder:
+            options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, red=red)
+            sid = (await asyncio.wait_for(alice.local_participant.publish_track(feeder.track, options), 60)).sid
+            # Bob plays the track out, as a caller or the worker does: concealment happens at playout.
+            stream = rtc.AudioStream(await asyncio.wait_for(subscribed, 30), sample_rate=48000, num_channels=1)
+            playout = asyncio.create_task(_drain(stream))
+            await eventually(lambda: len(hops_of(server, sid)) >= 50, 30)
+            for _ in range(losses):  # one packet in every ten lost on alice's uplink
+                forwarded = len(hops_of(server, sid))
+                await server.lose_packets(room, f"alice-{room}", 1)
+                await eventually(lambda: len(hops_of(server, sid)) >= forwarded + 10, 10)
+            forwarded = len(hops_of(server, sid))
+            await eventually(lambda: len(hops_of(server, sid)) >= forwarded + 25, 10)  # past the jitter buffer
+            stats = await bob.get_rtc_stats()
+            playout.cancel()
+        inbound = [s.inbound_rtp for s in stats.subscriber_stats if s.WhichOneof("stats") == "inbound_rtp"]
+        assert inbound and inbound[0].received.packets_lost >= losses  # the losses reached bob as gaps
+        concealment_events[red] = inbound[0].inbound.concealment_events
+        arrivals = [a for a in server.forwarding()[0] if a.track_sid == sid]
+        assert sum(a.lost for a in arrivals) == losses and all(a.red == red for a in arrivals)
+    print(f"concealment events at bob for {losses} lost packets: {concealment_events}")
+    assert concealment_events[False] >= losses // 2, concealment_events  # each loss concealed (~20)
+    assert concealment_events[True] < losses // 2, concealment_events  # rebuilt from RED (~1, at the start)
+
+
+async def _drain(stream: rtc.AudioStream) -> None:
+    async for _ in stream:
+        pass
