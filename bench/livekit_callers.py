@@ -211,6 +211,10 @@ class Caller:
         #: Wall-clock time (time.time()) each interruption's onset was handed to the transport.
         self.onsets_wall: list[float] = []
         self.figures: dict[str, object] = {}  # the worker's own call figures, where the transport carries them
+        #: The text of each turn said whose reply was awaited (heard, or given up on), in order.
+        self.said: list[str] = []
+        #: What the worker heard this caller say: its user transcripts (LiveKit only).
+        self.heard: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -225,38 +229,46 @@ class Caller:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _question(self, turn: int) -> np.ndarray:
+    def _question(self, turn: int) -> tuple[str, np.ndarray]:
+        question = QUESTIONS[(self.index + turn) % len(QUESTIONS)]
         lead = np.zeros(int(SAMPLE_RATE * QUESTION_LEAD_MS / 1000), np.float32)
-        return np.concatenate([lead, self.speech[QUESTIONS[(self.index + turn) % len(QUESTIONS)]]])
+        return question, np.concatenate([lead, self.speech[question]])
 
-    def _interruption_then_question(self, turn: int) -> np.ndarray:
+    def _interruption_then_question(self, turn: int) -> tuple[str, np.ndarray]:
         """The interruption running on into the next question: one user turn (the gap is well under the
         worker's 500 ms end-of-turn silence), so the next reply comes to the question."""
-        interruption = self.speech[INTERRUPTIONS[(self.index + turn) % len(INTERRUPTIONS)]]
+        said = INTERRUPTIONS[(self.index + turn) % len(INTERRUPTIONS)]
+        question = QUESTIONS[(self.index + turn) % len(QUESTIONS)]
+        interruption = self.speech[said]
         interruption = interruption[: acoustic_end(interruption) + int(SAMPLE_RATE * INTERRUPTION_GAP_MS / 1000)]
-        return np.concatenate([interruption, self.speech[QUESTIONS[(self.index + turn) % len(QUESTIONS)]]])
+        return f"{said} {question}", np.concatenate([interruption, self.speech[question]])
+
+    def _say(self, turn: tuple[str, np.ndarray]) -> str:
+        self.mic.say(turn[1])
+        return turn[0]
 
     async def converse(self, stop: asyncio.Event, report: Callable[[], None]) -> None:
         """Question; ~300 ms of the reply heard; interruption + next question; ~300 ms of that reply; ..."""
         turn = 0
         reply_from = self.ear.loud_ms  # loud agent audio heard before the reply now awaited
-        self.mic.say(self._question(turn))
+        text = self._say(self._question(turn))
         while not stop.is_set():
             replied = await until(lambda h=reply_from: self.ear.loud_ms - h >= HEAR_BEFORE_INTERRUPTING_MS, 12.0, stop)
             if stop.is_set():
                 return
+            self.said.append(text)
             if not replied:
                 self.no_reply += 1
                 await until(lambda: self.ear.quiet_run_ms >= 600 and not self.mic.busy, 10.0, stop)
                 turn += 1
                 reply_from = self.ear.loud_ms
-                self.mic.say(self._question(turn))
+                text = self._say(self._question(turn))
                 continue
             ended, began = self.mic.end_sent_at, self.ear.loud_since
             if ended is not None and began is not None and began > ended:
                 self.reply_after_ms.append(1000.0 * (began - ended))
             turn += 1
-            self.mic.say(self._interruption_then_question(turn))
+            text = self._say(self._interruption_then_question(turn))
             self.attempts += 1
             await until(lambda: self.mic.onset_sent_at is not None, 2.0, stop)
             onset = self.mic.onset_sent_at
@@ -289,6 +301,8 @@ class Caller:
             "reply_after_ms": [round(v, 1) for v in self.reply_after_ms],
             "onsets_wall": [round(v, 4) for v in self.onsets_wall],
             "worker_figures": self.figures,
+            "said": self.said,
+            "heard": self.heard,
         }
 
 
@@ -327,6 +341,20 @@ class LiveKitCaller(Caller):
         self.room = rtc.Room()
         self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=MIC_QUEUE_MS)
         self.room.on("track_subscribed", self._on_track)
+        self.room.register_text_stream_handler("lk.transcription", self._on_transcript)
+
+    def _on_transcript(self, reader, sender: str) -> None:
+        """Keeps the worker's transcripts of this caller's own speech (sent in the caller's name)."""
+        if sender != self.room.local_participant.identity:
+            return
+
+        async def read() -> None:
+            try:
+                self.heard.append(await reader.read_all())
+            except self._rtc.StreamError:  # the caller left mid-stream
+                pass
+
+        self._tasks.append(asyncio.create_task(read(), name=f"caller-{self.index}-transcript"))
 
     def _on_track(self, track, publication, participant) -> None:
         if track.kind == self._rtc.TrackKind.KIND_AUDIO:

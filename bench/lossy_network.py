@@ -39,10 +39,12 @@ every call that missed a content word. Never passes or fails.
 SDK (``bench.livekit_callers``) in the caller's namespace; the loopback LiveKit server and
 a LiveKit worker (``duplex-agent start``) in the worker's, talking to each other unimpaired.
 The caller barges in on each reply again and again for ``--livekit-seconds``; per condition:
-barge-ins tried, barge-in as heard (interruption's onset sent -> the agent quiet at the
-caller) p50, replies that played out anyway, questions with no reply, reply latency p50
-(the question's end sent -> first loud reply frame), and the forwarder's counts. It does
-not read what the worker recognized.
+words heard (the share of the content words of the caller's turns found in the worker's
+transcripts of the caller, all turns together), barge-ins tried, barge-in as heard
+(interruption's onset sent -> the agent quiet at the caller) p50, replies that played out
+anyway, questions with no reply, reply latency p50 (the question's end sent -> first loud
+reply frame), and the forwarder's counts. Behind LiveKit the caller's SDK sends RED, so a
+packet lost on its uplink is rebuilt from the next (the loopback server answers as LiveKit).
 
 Run: python -m bench.lossy_network [--trials N] [--lines libopus-rr/adaptive,aiortc-opus/adaptive]
          [--conditions clean,bursts]
@@ -70,6 +72,7 @@ from devtools.netem.calls import (
     content_words,
     livekit_callers,
     recall,
+    recall_of_turns,
     receive_figures,
     start_livekit,
     start_worker,
@@ -198,14 +201,16 @@ def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int)
         caller_log = stack.enter_context(open(folder / "livekit-caller.log", "w"))
         warm = livekit_callers(link, url, min(seconds, 15.0), caller_log)  # waits for the worker; not counted
         print(f"   warm-up: {warm['callers'][0].get('error') or 'ok'}", flush=True)
-        print(f"{'condition':<19} {'barge-ins':>9} {'heard stop p50':>14} {'played out':>10} {'no reply':>8} "
-              f"{'reply p50':>9}   forwarder (caller->worker / worker->caller)", flush=True)
+        print(f"{'condition':<19} {'words heard':>14} {'barge-ins':>9} {'heard stop p50':>14} {'played out':>10} "
+              f"{'no reply':>8} {'reply p50':>9}   forwarder (caller->worker / worker->caller)", flush=True)
         for condition in conditions:
             link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
             link.reset_counts()
             caller = livekit_callers(link, url, seconds, caller_log)["callers"][0]
             error = f"  error: {caller['error']}" if caller.get("error") else ""
-            print(f"{condition:<19} {caller['attempts']:>9} {p50(caller['heard_stop_ms'])} ms     "
+            heard, said_words = recall_of_turns(caller["said"], caller["heard"])
+            print(f"{condition:<19} {f'{100 * heard:.0f} % of {said_words}':>14} {caller['attempts']:>9} "
+                  f"{p50(caller['heard_stop_ms'])} ms     "
                   f"{caller['played_out']:>10} {caller['no_reply']:>8} {p50(caller['reply_after_ms'])} ms   "
                   f"{forwarder_counts(link.counts())}{error}", flush=True)
 

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import IO
 
@@ -42,6 +43,15 @@ def recall(said: str, heard: str) -> float:
     """The share of ``said``'s content words that appear in ``heard``."""
     wanted, got = content_words(said), set(content_words(heard))
     return sum(w in got for w in wanted) / len(wanted) if wanted else 1.0
+
+
+def recall_of_turns(said: list[str], heard: list[str]) -> tuple[float, int]:
+    """The share of the content words of all ``said`` turns found in all ``heard`` ones, each heard
+    word matched to one said (the turns repeat words), and how many words were said."""
+    wanted = Counter(w for text in said for w in content_words(text))
+    got = Counter(w for text in heard for w in content_words(text))
+    total = sum(wanted.values())
+    return (sum(min(n, got[w]) for w, n in wanted.items()) / total if total else 1.0), total
 
 
 def write_clips(folder: Path, question: np.ndarray, long: np.ndarray, stop: np.ndarray) -> Path:
