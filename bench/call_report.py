@@ -387,5 +387,5 @@ def print_report(run: Run, verdicts: Verdicts) -> None:
     print()
     print(f"notes: every process shares this machine's {cores} cores, and other developers' jobs ran beside these "
           "rounds ('rest'): compare the paths within one run (same N, same window), not across runs. The loopback "
-          "LiveKit server is a Python SFU (aiortc) that forwards Opus RTP untouched as it arrives, as LiveKit's "
-          "does (no jitter buffer, no hold), at Python's cost per packet.")
+          "LiveKit server is a Python SFU (aiortc) that forwards audio RTP (RED over Opus, as LiveKit answers) as it "
+          "arrives, as LiveKit's does (no jitter buffer, no hold, no decode), at Python's cost per packet.")
