@@ -46,8 +46,14 @@ async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker, caplog)
             await peer.connect(http)
         await wait_for(lambda: backend.active_sessions == 2, 20, "both sessions to open")
         frames = int(SECONDS_HEARD / 0.02)
-        await wait_for(lambda: all(p.loud_frames() >= frames for p in peers), 60,
-                       f"both callers to hear {SECONDS_HEARD} s of the agent")
+        try:
+            await wait_for(lambda: all(p.loud_frames() >= frames for p in peers), 60,
+                           f"both callers to hear {SECONDS_HEARD} s of the agent")
+        except AssertionError as exc:  # what each heard, and whether the engine kept real time (CI once timed out here)
+            stats = backend.engine.stats
+            raise AssertionError(f"{exc}: loud ms heard {[20 * p.loud_frames() for p in peers]}, received ms "
+                                 f"{[20 * len(p.received) for p in peers]}; engine steps {stats.steps}, overruns "
+                                 f"{stats.overruns}, late input frames {stats.late_frames}") from None
         sessions = app[WEBRTC_PEERS].sessions
         # both calls still up (CI once saw one gone here, under load; the worker's log says why)
         assert len(sessions) == 2, [r.getMessage() for r in caplog.records if "closing" in r.getMessage()]
