@@ -1,4 +1,4 @@
-"""aiortc helpers: peer connections, trickle parsing, track fan-out."""
+"""aiortc helpers: peer connections, trickle parsing, SDP inspection, track fan-out."""
 
 from __future__ import annotations
 
@@ -49,6 +49,29 @@ def parse_trickle(candidate_init: str, allowed_ips: Iterable[str]) -> RTCIceCand
     c.sdpMid = obj.get("sdpMid")
     c.sdpMLineIndex = obj.get("sdpMLineIndex")
     return c
+
+
+def media_sections(sdp: str) -> list[dict]:
+    """Minimal m-section parse: kind, mid, direction, msid track id."""
+    out: list[dict] = []
+    cur: dict | None = None
+    for raw in sdp.splitlines():
+        line = raw.strip()
+        if line.startswith("m="):
+            cur = {"kind": line[2:].split(" ", 1)[0], "mid": None, "direction": "sendrecv",
+                   "track_id": None, "port": line.split(" ")[1] if " " in line else ""}
+            out.append(cur)
+        elif cur is None:
+            continue
+        elif line.startswith("a=mid:"):
+            cur["mid"] = line[6:]
+        elif line in ("a=sendrecv", "a=sendonly", "a=recvonly", "a=inactive"):
+            cur["direction"] = line[2:]
+        elif line.startswith("a=msid:"):
+            parts = line[7:].split()
+            if len(parts) >= 2:
+                cur["track_id"] = parts[1]
+    return out
 
 
 class Hop(NamedTuple):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from aiortc import RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from livekit.protocol import models, rtc
 
-from . import media_relay, sdp_sections
+from . import media_relay
 from .aiortc_seams import set_msid_stream
 from .ids import new_sid
 from .publisher_answer import configure_publisher_answer, red_payload_types
@@ -313,7 +313,7 @@ class Participant:
                 mid, receiver = t.mid, t.receiver
         track_ids = {
             s["mid"]: s["track_id"]
-            for s in sdp_sections.media_sections(offer_sdp)
+            for s in media_relay.media_sections(offer_sdp)
         }
         msid_track = track_ids.get(mid)
         pending = self._pending.pop(msid_track, None) if msid_track else None
@@ -342,7 +342,7 @@ class Participant:
         return None
 
     async def _check_unpublished(self, offer_sdp: str) -> None:
-        sections = {s["mid"]: s for s in sdp_sections.media_sections(offer_sdp)}
+        sections = {s["mid"]: s for s in media_relay.media_sections(offer_sdp)}
         gone = [
             pt for pt in self.tracks.values()
             if pt.info.mid and (

@@ -1,5 +1,4 @@
-"""SDP as lines per media section: what the server reads of a peer's SDP, and the codec settings
-it writes into its own."""
+"""SDP as lines per media section, for the codec settings the server writes into its SDP."""
 
 from __future__ import annotations
 
@@ -15,20 +14,6 @@ def split(sdp: str) -> list[Section]:
             sections.append([])
         sections[-1].append(line)
     return sections
-
-
-def media_sections(sdp: str) -> list[dict]:
-    """Minimal m-section parse: kind, mid, direction, msid track id, port."""
-    out = []
-    for section in split("\r\n".join(line.strip() for line in sdp.splitlines()))[1:]:
-        m_line = section[0][len("m="):].split(" ")
-        direction = next((line[2:] for line in reversed(section) if line in _DIRECTIONS), "sendrecv")
-        out.append({"kind": m_line[0], "mid": mid(section), "direction": direction,
-                    "track_id": msid_track(section), "port": m_line[1] if len(m_line) > 1 else ""})
-    return out
-
-
-_DIRECTIONS = ("a=sendrecv", "a=sendonly", "a=recvonly", "a=inactive")
 
 
 def join(sections: list[Section]) -> str:
