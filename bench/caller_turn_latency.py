@@ -157,7 +157,7 @@ async def echo_round_trips(url: str, address: str, clips: list[np.ndarray]) -> l
             heard_before = len(caller.loud_at)
             caller.mic.say(np.concatenate([np.zeros(RATE // 5, np.float32), clip]))
             await caller.until(lambda: not caller.mic.busy, 30)
-            if await caller.until(lambda: len(caller.loud_at) > heard_before, 5):
+            if await caller.until(lambda: len(caller.loud_at) > heard_before, 5):  # noqa: B023 (called within this iteration)
                 sent = caller.mic.first_loud_sent_at
                 if sent is not None:
                     trips.append(1000.0 * (caller.loud_at[heard_before] - sent))
@@ -186,7 +186,7 @@ async def speak_turns(url: str, address: str, utterances: list[Utterance]) -> di
                     caller.send({"type": "session.update", "session": {"turn_detection": {
                         "type": "server_vad", "end_of_turn": end_of_turn}}})
                     if not await caller.until(
-                            lambda: any(e["type"] == "session.updated" for _, e in caller.events[mark:]), 10):
+                            lambda: any(e["type"] == "session.updated" for _, e in caller.events[mark:]), 10):  # noqa: B023 (called within this iteration)
                         raise RuntimeError("the worker did not confirm session.update")
                     mode = end_of_turn
                 said[end_of_turn].append(await say_one(caller, utterance))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -349,10 +350,8 @@ class LiveKitCaller(Caller):
             return
 
         async def read() -> None:
-            try:
+            with contextlib.suppress(self._rtc.StreamError):  # the caller left mid-stream
                 self.heard.append(await reader.read_all())
-            except self._rtc.StreamError:  # the caller left mid-stream
-                pass
 
         self._tasks.append(asyncio.create_task(read(), name=f"caller-{self.index}-transcript"))
 

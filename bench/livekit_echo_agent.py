@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 
@@ -133,10 +134,8 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=4, help="job processes kept started ahead of dispatch")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("DUPLEX_LOG_LEVEL", "WARNING").upper())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.metrics_port, args.idle))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

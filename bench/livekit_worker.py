@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 
 from duplex_agent.agent.app.bootstrap import start_backend
@@ -37,10 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings.from_env()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(settings, args.metrics_port))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -185,10 +186,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         await asyncio.gather(*(c.connect(http, url) for c in callers))
     print(json.dumps({"event": "connected", "peers": sum(c.connected_s is not None for c in callers),
                       "elapsed_s": round(time.perf_counter() - started, 3)}), flush=True)
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=max(0.0, args.seconds - (time.perf_counter() - started)))
-    except TimeoutError:
-        pass
     cpu = time.process_time() - cpu_started
     wall = time.perf_counter() - started
     await asyncio.gather(*(c.close() for c in callers), return_exceptions=True)

@@ -8,6 +8,7 @@ arrive, and a wait on them. How a caller offers, and what it says when, is its o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -124,10 +125,8 @@ class CallerPeer:
             if left <= 0:
                 return False
             self._change.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._change.wait(), min(left, 0.05))
-            except TimeoutError:
-                pass
         return True
 
     async def close(self) -> None:

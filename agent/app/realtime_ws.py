@@ -19,6 +19,7 @@ for ``resume_grace_s`` (see ``session_store``); only ``session.close`` ends it a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -309,8 +310,6 @@ async def _send_direct(ws: web.WebSocketResponse, event: p.ServerEvent) -> None:
         metrics.ERRORS.labels(event.code).inc()
     if ws.closed:
         return
-    try:
+    with contextlib.suppress(ConnectionError, RuntimeError):
         await ws.send_str(json.dumps(ServerWireEncoder("").encode(event), separators=(",", ":")))
-    except (ConnectionError, RuntimeError):
-        pass
 

@@ -14,6 +14,7 @@ keeps being served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -257,7 +258,5 @@ def _dumps(event: p.ServerEvent, encoder: ServerWireEncoder) -> str:
 async def _send_text(ws: web.WebSocketResponse, text: str) -> None:
     if ws.closed:
         return
-    try:
+    with contextlib.suppress(ConnectionError, RuntimeError):
         await ws.send_str(text)
-    except (ConnectionError, RuntimeError):
-        pass

@@ -24,6 +24,7 @@ own ack is passed on as it is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -758,10 +759,8 @@ class RemoteConversation(Conversation):
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        try:
-            await asyncio.wait_for(self._ws.close(), 2.0)  # a cancelled close drops the connection
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):  # a cancelled close drops the connection
+            await asyncio.wait_for(self._ws.close(), 2.0)
         self._emit(closed)
         self._events.put_nowait(None)
         self._ended.set()

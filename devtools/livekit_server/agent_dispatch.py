@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ class DispatchRecord:
 
 
 class AgentDispatcher:
-    def __init__(self, server: "ServerCore") -> None:
+    def __init__(self, server: ServerCore) -> None:
         self._server = server
         self.workers: dict[str, WorkerRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
@@ -242,7 +243,7 @@ class AgentDispatcher:
         try:
             await w.send(agent.ServerMessage(availability=agent.AvailabilityRequest(job=job)))
             resp: agent.AvailabilityResponse = await asyncio.wait_for(fut, AVAILABILITY_TIMEOUT)
-        except (asyncio.TimeoutError, asyncio.CancelledError, ConnectionError):
+        except (TimeoutError, asyncio.CancelledError, ConnectionError):
             w._pending.pop(job.id, None)
             d.skipped.append((w.id, "no availability answer"))
             return False
@@ -283,10 +284,8 @@ class AgentDispatcher:
         job.terminated = True
         w = self.workers.get(job.worker_id)
         if w is not None:
-            try:
+            with contextlib.suppress(ConnectionError):
                 await w.send(agent.ServerMessage(termination=agent.JobTermination(job_id=job_id)))
-            except ConnectionError:
-                pass
         return True
 
     async def on_room_closed(self, room: str) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiortc import RTCRtpCodecParameters, RTCRtpReceiver, RTCRtpSender, clock
 from aiortc.rtcrtpparameters import RTCRtpReceiveParameters

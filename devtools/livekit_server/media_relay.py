@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
 from collections import deque
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCRtpReceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -175,7 +177,7 @@ class AudioForwarder:
         self._subs.add(track)
         return track, transceiver
 
-    def _detach(self, track: "ForwardedAudioTrack") -> None:
+    def _detach(self, track: ForwardedAudioTrack) -> None:
         self._subs.discard(track)
 
     async def stop(self) -> None:
@@ -265,7 +267,7 @@ class TrackFanout:
         self._subs.add(track)
         return track, pc.addTransceiver(track, direction="sendonly")
 
-    def _unsubscribe(self, t: "RelayedTrack") -> None:
+    def _unsubscribe(self, t: RelayedTrack) -> None:
         self._subs.discard(t)
 
     async def stop(self) -> None:
@@ -288,10 +290,8 @@ class RelayedTrack(MediaStreamTrack):
 
     def _push(self, item) -> None:
         if self._queue.full():  # keep real time: drop the oldest
-            try:
+            with contextlib.suppress(asyncio.QueueEmpty):
                 self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                pass
         self._queue.put_nowait(item)
 
     async def recv(self):

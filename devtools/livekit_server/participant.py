@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiortc import RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from livekit.protocol import models, rtc
@@ -29,7 +31,7 @@ NEGOTIATION_TIMEOUT = 10.0
 class PublishedTrack:
     info: models.TrackInfo
     cid: str
-    publisher: "Participant"
+    publisher: Participant
     fanout: media_relay.AudioForwarder | media_relay.TrackFanout | None = None
 
 
@@ -52,7 +54,7 @@ class ParticipantOptions:
 class Participant:
     def __init__(
         self,
-        room: "Room",
+        room: Room,
         info: models.ParticipantInfo,
         send: Callable[[rtc.SignalResponse], Awaitable[None]],
         options: ParticipantOptions,
@@ -419,7 +421,7 @@ class Participant:
                     s.relayed.writer.red_payload_type = taken.get(s.transceiver.mid)
                 self._remote_set[1] = True
                 await self._flush_trickle(1)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("%s: subscriber answer timed out", self.identity)
             except Exception:
                 if not self.closed:
@@ -444,12 +446,8 @@ class Participant:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for pc in (self.pub_pc, self.sub_pc):
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(pc.close(), 5)
-            except Exception:
-                pass
         if self.close_transport is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self.close_transport()
-            except Exception:
-                pass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from livekit.protocol import models, rtc
 
@@ -25,7 +26,7 @@ class Room:
         self,
         name: str,
         *,
-        on_closed: Callable[["Room"], Awaitable[None]],
+        on_closed: Callable[[Room], Awaitable[None]],
         forwarding: ForwardingRecord,
         departure_timeout: float = 1.0,
         metadata: str = "",
@@ -55,17 +56,17 @@ class Room:
             num_publishers=sum(1 for p in self.participants.values() if p.tracks),
         )
 
-    def visible(self, exclude: "Participant | None" = None) -> list["Participant"]:
+    def visible(self, exclude: Participant | None = None) -> list[Participant]:
         return [p for p in self.participants.values() if p is not exclude and not p.hidden]
 
-    def find_track(self, track_sid: str) -> "PublishedTrack | None":
+    def find_track(self, track_sid: str) -> PublishedTrack | None:
         for p in self.participants.values():
             if track_sid in p.tracks:
                 return p.tracks[track_sid]
         return None
 
     # -- membership -------------------------------------------------------
-    async def add_participant(self, p: "Participant") -> "Participant | None":
+    async def add_participant(self, p: Participant) -> Participant | None:
         """Adds p; returns a previous participant with the same identity (to be kicked)."""
         old = self.participants.get(p.identity)
         self.participants[p.identity] = p
@@ -75,7 +76,7 @@ class Room:
             self._close_timer = None
         return old
 
-    async def announce(self, p: "Participant") -> None:
+    async def announce(self, p: Participant) -> None:
         """After the JoinResponse: tell others, and subscribe p to existing tracks."""
         await self.broadcast_participant(p)
         if p.options.auto_subscribe and p.info.permission.can_subscribe:
@@ -85,7 +86,7 @@ class Room:
         p.announced.set()
 
     async def remove_participant(
-        self, p: "Participant", reason: int = models.DisconnectReason.CLIENT_INITIATED
+        self, p: Participant, reason: int = models.DisconnectReason.CLIENT_INITIATED
     ) -> None:
         if self.participants.get(p.identity) is not p:
             await p.close()
@@ -146,13 +147,13 @@ class Room:
             *(p.send(msg) for p in list(self.participants.values())), return_exceptions=True
         )
 
-    async def broadcast_participant(self, p: "Participant") -> None:
+    async def broadcast_participant(self, p: Participant) -> None:
         if p.hidden:
             await p.send(rtc.SignalResponse(update=rtc.ParticipantUpdate(participants=[p.info])))
         else:
             await self._send_update([p.info])
 
-    async def on_track_published(self, publisher: "Participant", pt: "PublishedTrack") -> None:
+    async def on_track_published(self, publisher: Participant, pt: PublishedTrack) -> None:
         await self.broadcast_participant(publisher)
         if publisher.hidden:
             return
@@ -162,13 +163,13 @@ class Room:
             if p.options.auto_subscribe and p.info.permission.can_subscribe:
                 p.subscribe(pt)
 
-    async def on_track_unpublished(self, publisher: "Participant", pt: "PublishedTrack") -> None:
+    async def on_track_unpublished(self, publisher: Participant, pt: PublishedTrack) -> None:
         for p in self.participants.values():
             p.unsubscribe(pt.info.sid)
         await self.broadcast_participant(publisher)
 
     # -- data -------------------------------------------------------------
-    def relay_data(self, sender: "Participant", raw: bytes, reliable: bool) -> None:
+    def relay_data(self, sender: Participant, raw: bytes, reliable: bool) -> None:
         pkt = models.DataPacket()
         try:
             pkt.ParseFromString(raw)

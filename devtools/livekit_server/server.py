@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -75,7 +76,7 @@ class ServerCore:
         # ICE candidates we are willing to send to (this machine only)
         return {self.ip}
 
-    async def start(self) -> "ServerCore":
+    async def start(self) -> ServerCore:
         app = web.Application(middlewares=[_allow_any_origin])
         app.router.add_get("/", self._health)
         app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
@@ -96,10 +97,8 @@ class ServerCore:
             await room.close()
         await self._dispatcher.aclose()
         for ws in list(self._sockets):
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(), 3)
-            except Exception:
-                pass
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()

@@ -11,7 +11,8 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from . import auth
 from .agent_dispatch import DispatchRecord, JobRecord, WorkerRecord
@@ -55,7 +56,7 @@ class LoopbackLiveKitServer:
     def url(self) -> str:
         return f"ws://{self.ip}:{self.port}"
 
-    async def start(self) -> "LoopbackLiveKitServer":
+    async def start(self) -> LoopbackLiveKitServer:
         loop_ready: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._serve, args=(loop_ready,),
                                         name="loopback-livekit-server", daemon=True)
@@ -94,7 +95,7 @@ class LoopbackLiveKitServer:
             await asyncio.to_thread(self._thread.join)
             self._thread = self._core = None
 
-    async def __aenter__(self) -> "LoopbackLiveKitServer":
+    async def __aenter__(self) -> LoopbackLiveKitServer:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -163,7 +164,7 @@ class LoopbackLiveKitServer:
 
         await self._call(_lose)
 
-    async def create_dispatch(self, room: str, agent_name: str, metadata: str = "") -> "LiveDispatch":
+    async def create_dispatch(self, room: str, agent_name: str, metadata: str = "") -> LiveDispatch:
         async def _create() -> str:
             return (await self._core.create_dispatch(room, agent_name, metadata)).id
 

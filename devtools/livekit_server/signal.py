@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -47,14 +48,12 @@ def server_info(node_id: str) -> models.ServerInfo:
 def _capabilities(raw: str) -> list[int]:
     caps = []
     for name in filter(None, (s.strip() for s in raw.split(","))):
-        try:
+        with contextlib.suppress(ValueError):
             caps.append(models.ClientInfo.Capability.Value(name))
-        except ValueError:
-            pass
     return caps
 
 
-async def validate(server: "ServerCore", request: web.Request) -> web.Response:
+async def validate(server: ServerCore, request: web.Request) -> web.Response:
     try:
         auth.join_grant(server.api_key, server.api_secret, _token(request))
     except auth.AuthError as e:
@@ -62,7 +61,7 @@ async def validate(server: "ServerCore", request: web.Request) -> web.Response:
     return web.Response(status=200, text="success")
 
 
-async def rtc_socket(server: "ServerCore", request: web.Request) -> web.StreamResponse:
+async def rtc_socket(server: ServerCore, request: web.Request) -> web.StreamResponse:
     try:
         grant = auth.join_grant(server.api_key, server.api_secret, _token(request))
     except auth.AuthError as e:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from livekit.protocol import models
 
@@ -50,7 +51,7 @@ def _copy(message):
     return out
 
 
-def participant_view(p: "Participant") -> ParticipantView:
+def participant_view(p: Participant) -> ParticipantView:
     return ParticipantView(
         info=_copy(p.info),
         tracks=MappingProxyType({sid: TrackView(_copy(pt.info)) for sid, pt in p.tracks.items()}),
@@ -60,7 +61,7 @@ def participant_view(p: "Participant") -> ParticipantView:
     )
 
 
-def room_view(room: "Room") -> RoomView:
+def room_view(room: Room) -> RoomView:
     return RoomView(room.name, room.sid, MappingProxyType(
         {identity: participant_view(p) for identity, p in room.participants.items()}))
 

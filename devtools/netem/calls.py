@@ -29,8 +29,7 @@ LIVEKIT_KEY, LIVEKIT_SECRET = "devkey", "netem-loopback-secret-0123456789abcdef"
 RECEIVE_BUFFER_ENV = "DUPLEX_RECEIVE_BUFFER"
 _NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
             "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
-_FUNCTION_WORDS = set("a an the to for of and or in on at is are am be i me my you your we our it that this "
-                      "please would like about whether with".split())
+_FUNCTION_WORDS = set(["a", "an", "the", "to", "for", "of", "and", "or", "in", "on", "at", "is", "are", "am", "be", "i", "me", "my", "you", "your", "we", "our", "it", "that", "this", "please", "would", "like", "about", "whether", "with"])
 
 
 def content_words(text: str) -> list[str]:

@@ -9,6 +9,7 @@ not IPv4 (the kernel's IPv6 chatter on a new device) is not forwarded.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import select
@@ -134,7 +135,5 @@ class Forwarder:
                     counts.reordered += 1
                 self._latest_delivered[direction] = max(self._latest_delivered[direction], arrival)
                 self._last_udp_delivered_at[direction] = time.monotonic()
-        try:
+        with contextlib.suppress(OSError):  # the other side's device is going away
             os.write(self._fds[direction][1], packet)
-        except OSError:
-            pass  # the other side's device is going away

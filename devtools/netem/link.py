@@ -17,6 +17,7 @@ the next time a link is made.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -62,19 +63,15 @@ def _pids_in(namespace: str) -> list[int]:
 def _end_processes_in(namespace: str, grace_s: float = 5.0) -> None:
     pids = _pids_in(namespace)
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
         time.sleep(0.05)
         pids = _pids_in(namespace)
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 class ImpairedLink:

@@ -70,7 +70,7 @@ async def run(url: str, *, turns: int, drop_after: int | None, model: str) -> di
                         await asyncio.sleep(0.05)
             report["session_ids"].append(client.session_id)
             watcher.cancel()
-    except (DuplexClientError, asyncio.TimeoutError, StopAsyncIteration, OSError) as exc:
+    except (TimeoutError, DuplexClientError, StopAsyncIteration, OSError) as exc:
         report["failure"] = f"{type(exc).__name__}: {exc}"
     return report
 

@@ -83,7 +83,7 @@ def install(script: PeerScript, model_dir: str, record: EngineRecord) -> None:
             while not orchestrator._shutdown_event.is_set():
                 try:
                     stage_id, outputs = await asyncio.wait_for(bus.queue.get(), _BUS_POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 orchestrator.stage_pools[stage_id].record_output_timestamps(outputs, output_ts=time.time())
                 await orchestrator._handle_processed_outputs(stage_id, 0, outputs)

@@ -62,7 +62,7 @@ class DuplexEngine(ABC):
     async def abort(self, request_ids: Iterable[str]) -> None:
         """Stop these requests now; their streams end without a finished output."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (an optional hook: subclasses need not override it)
         """Release the engine's resources."""
 
 

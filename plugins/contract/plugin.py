@@ -52,7 +52,7 @@ class DuplexModelPlugin(ABC):
         # Concrete plugins hand the encoder to their data plane.
         del encode_audio
 
-    def configure(self, options: Any, *, max_sessions: int) -> None:
+    def configure(self, options: Any, *, max_sessions: int) -> None:  # noqa: B027 (an optional hook: subclasses need not override it)
         """The worker's settings for this plugin, before ``build_local_engine``: an instance of
         ``options_type`` (None when it has none) and the worker's session limit."""
 

@@ -69,7 +69,7 @@ class StageRequest:
 class PythonStage(ABC):
     """One model stage written in Python."""
 
-    def accept(self, payload: object) -> None:
+    def accept(self, payload: object) -> None:  # noqa: B027 (an optional hook: subclasses need not override it)
         """Check a payload at submit time; raise to refuse it (the runner rolls back)."""
 
     @abstractmethod

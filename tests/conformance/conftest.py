@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -48,7 +49,5 @@ async def our_server() -> AsyncIterator[Callable[..., Any]]:
 
     yield factory
     for cleanup in reversed(cleanups):
-        try:
+        with contextlib.suppress(Exception):
             await cleanup()
-        except Exception:
-            pass

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import secrets
 from typing import Any
@@ -44,7 +45,7 @@ CLIENT_EVENTS = {
     "session.event_ack", "session.resume",
 }
 RATE = 24000
-WORDS = "the quick brown fox jumps over the lazy dog again".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "again"]
 
 
 def turn_detection_problem(session: dict[str, Any]) -> str | None:
@@ -116,10 +117,8 @@ class OmniSession:
         if event.get("type") == "error":
             self.fake.errors.append(event)
         if self.ws is not None and not self.ws.closed:
-            try:
+            with contextlib.suppress(ConnectionError):
                 await self.ws.send_str(json.dumps(event))
-            except ConnectionError:
-                pass
 
     async def error(self, code: str, message: str, event_id: Any = None) -> None:
         await self.send({"type": "error", "error": {"type": "invalid_request_error", "code": code,

@@ -171,7 +171,7 @@ async def test_every_bad_input_gets_vllm_omnis_code_with_the_clients_event_id_an
     await omni.send({"type": "input_audio_buffer.commit"})
     done, seen = await omni.until("response.done")
     assert done["response"]["status"] == "completed"
-    assert "still here" == next(e for e in seen if e["type"] == "response.output_audio_transcript.done")["transcript"]
+    assert next(e for e in seen if e["type"] == "response.output_audio_transcript.done")["transcript"] == "still here"
 
 
 async def test_frames_up_to_vllm_omnis_limit_are_read_and_larger_ones_get_event_too_large(our_server):
@@ -233,9 +233,8 @@ async def test_duplex_query_spellings(our_server):
         await omni.connect(query)
         await omni.send({"type": "session.update", "session": MANUAL})
         await omni.until("session.created")
-    async with aiohttp.ClientSession() as http:
-        async with http.get(base.replace("ws", "http", 1) + "?duplex=0") as reply:
-            assert reply.status == 400 and "Realtime API is not available" in await reply.text()
+    async with aiohttp.ClientSession() as http, http.get(base.replace("ws", "http", 1) + "?duplex=0") as reply:
+        assert reply.status == 400 and "Realtime API is not available" in await reply.text()
 
 
 async def test_a_first_event_other_than_session_update_opens_a_default_session(our_server):

@@ -168,7 +168,7 @@ class LiveKitCaller:
             except AssertionError as exc:
                 raise AssertionError(f"{exc}: states {self.state_log}") from None
             stopped = self.listening_after_speaking(start)
-            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES
+            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES  # noqa: B023 (called within this iteration)
                            and not self.loud_frames(len(self.received) - TAIL_FRAMES), timeout,
                            "the reply's last frames")
             if self.listening_after_speaking(start) == stopped:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,8 @@ async def livekit_server():
     await server.start()
     yield server
     # shown with a failure: where each caller's audio got to (the server's own packet record)
-    try:
+    with contextlib.suppress(TimeoutError):  # its loop is stuck: the stop below says so
         print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
-    except TimeoutError:  # its loop is stuck: the stop below says so
-        pass
     await asyncio.wait_for(server.stop(), 20)
 
 

@@ -113,7 +113,7 @@ def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> N
             stats = await asyncio.wait_for(rtc_room.get_rtc_stats(), 5)
             packets = [s.inbound_rtp.received.packets_received for s in stats.subscriber_stats
                        if s.WhichOneof("stats") == "inbound_rtp"]
-        except (RuntimeError, asyncio.TimeoutError) as exc:  # the room already left
+        except (TimeoutError, RuntimeError) as exc:  # the room already left
             packets = repr(exc)
         record("away", inbound_packets=packets)
 

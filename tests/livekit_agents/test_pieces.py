@@ -435,7 +435,7 @@ async def test_a_reply_the_adapter_split_in_two_is_acked_once_at_its_end_and_eac
         model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
         session: DuplexAgentSession = model.session()
         acks: list[tuple[str, float]] = []
-        session._conversation = SimpleNamespace(room_played=lambda rid, ms: acks.append((rid, ms)))
+        session._conversation = SimpleNamespace(room_played=lambda rid, ms: acks.append((rid, ms)))  # noqa: B023 (called within this iteration)
         session._words.add_marks("r1", MARKS)  # "You said:" 0-800 ms, "Please book a table tonight." -2800
         session._gate.open_for = "r1"
         link = session._link

@@ -36,7 +36,7 @@ class SineFeeder:
             t += n
             await self.source.capture_frame(rtc.AudioFrame(x.astype(np.int16).tobytes(), 48000, 1, n))
 
-    def __enter__(self) -> "SineFeeder":
+    def __enter__(self) -> SineFeeder:
         self._task = asyncio.create_task(self._run())
         return self
 

@@ -43,7 +43,7 @@ async def test_invalid_token_is_rejected(server: LoopbackLiveKitServer) -> None:
     wrong = api.AccessToken("devkey", "another-secret-entirely").with_identity("m") \
         .with_grants(api.VideoGrants(room_join=True, room="r")).to_jwt()
     r = rtc.Room()
-    with pytest.raises(Exception):
+    with pytest.raises(rtc.ConnectError):
         await asyncio.wait_for(r.connect(server.url, wrong), 15)
 
 
@@ -252,7 +252,7 @@ async def stop_worker(proc) -> None:
         proc.terminate()
         try:
             await asyncio.wait_for(proc.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
 

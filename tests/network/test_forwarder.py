@@ -121,12 +121,11 @@ def test_a_blackout_drops_everything_for_its_length():
 
 
 def test_nothing_is_left_behind_even_when_the_body_raises():
-    with pytest.raises(RuntimeError, match="the body failed"):
-        with ImpairedLink(seed=1) as link:
-            names = set(link.namespace.values())
-            assert names <= set(namespaces())
-            sleeper = subprocess.Popen([*link.exec_prefix("worker"), "sleep", "60"])
-            raise RuntimeError("the body failed")
+    with pytest.raises(RuntimeError, match="the body failed"), ImpairedLink(seed=1) as link:
+        names = set(link.namespace.values())
+        assert names <= set(namespaces())
+        sleeper = subprocess.Popen([*link.exec_prefix("worker"), "sleep", "60"])
+        raise RuntimeError("the body failed")
     assert not names & set(namespaces())
     assert sleeper.wait(timeout=10) != 0  # ended by the link, not left running
     assert not any(t.name == "netem-forwarder" for t in threading.enumerate())

@@ -93,51 +93,50 @@ def flatten(value: Any, prefix: str = "") -> dict[str, str]:
 
 
 async def run_case(url: str, case: Case) -> Answer:
-    async with aiohttp.ClientSession() as http:
-        async with http.ws_connect(url, max_msg_size=64 << 20) as ws:
-            received: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, max_msg_size=64 << 20) as ws:
+        received: list[dict[str, Any]] = []
 
-            async def until(kind: str) -> bool:
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + ANSWER_TIMEOUT_S
-                while loop.time() < deadline:
-                    try:
-                        message = await ws.receive(timeout=max(0.01, deadline - loop.time()))
-                    except asyncio.TimeoutError:
-                        return False
-                    if message.type != aiohttp.WSMsgType.TEXT:
-                        return False
-                    event = json.loads(message.data)
-                    received.append(event)
-                    if event.get("type") == kind:
-                        return True
-                return False
+        async def until(kind: str) -> bool:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ANSWER_TIMEOUT_S
+            while loop.time() < deadline:
+                try:
+                    message = await ws.receive(timeout=max(0.01, deadline - loop.time()))
+                except TimeoutError:
+                    return False
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    return False
+                event = json.loads(message.data)
+                received.append(event)
+                if event.get("type") == kind:
+                    return True
+            return False
 
-            # The opening's whole answer (session.created, and whatever follows it) ends at the fence.
-            await ws.send_str(json.dumps({"type": "session.update", "session": case.session}))
-            if not await until("session.created"):
-                return Answer(received, "no session.created")
-            await ws.send_str(json.dumps(FENCE))
-            if not await until(FENCE_ANSWER):
-                return Answer(received, f"no {FENCE_ANSWER} to the opening")
-            opening = len(received)
-            for event in case.events:
-                await ws.send_str(event if isinstance(event, str) else json.dumps(event))
-            if case.until is not None and not await until(case.until):
-                return Answer(received[opening:], f"no {case.until} within {ANSWER_TIMEOUT_S} s")
-            for event in case.after:
-                await ws.send_str(json.dumps(event))
-            if case.until == "session.closed":
-                return Answer(received[opening:])
-            if ws.closed:
-                return Answer(received[opening:], "socket closed")
-            await ws.send_str(json.dumps(FENCE))
-            if not await until(FENCE_ANSWER):
-                return Answer(received[opening:], f"no {FENCE_ANSWER} within {ANSWER_TIMEOUT_S} s")
-            answer = Answer(received[opening:-1])  # the fence's own answer left out
-            # Only session.close ends a vLLM-Omni session at once; a bare socket close holds its slot.
-            await ws.send_str(json.dumps({"type": "session.close"}))
-            return answer
+        # The opening's whole answer (session.created, and whatever follows it) ends at the fence.
+        await ws.send_str(json.dumps({"type": "session.update", "session": case.session}))
+        if not await until("session.created"):
+            return Answer(received, "no session.created")
+        await ws.send_str(json.dumps(FENCE))
+        if not await until(FENCE_ANSWER):
+            return Answer(received, f"no {FENCE_ANSWER} to the opening")
+        opening = len(received)
+        for event in case.events:
+            await ws.send_str(event if isinstance(event, str) else json.dumps(event))
+        if case.until is not None and not await until(case.until):
+            return Answer(received[opening:], f"no {case.until} within {ANSWER_TIMEOUT_S} s")
+        for event in case.after:
+            await ws.send_str(json.dumps(event))
+        if case.until == "session.closed":
+            return Answer(received[opening:])
+        if ws.closed:
+            return Answer(received[opening:], "socket closed")
+        await ws.send_str(json.dumps(FENCE))
+        if not await until(FENCE_ANSWER):
+            return Answer(received[opening:], f"no {FENCE_ANSWER} within {ANSWER_TIMEOUT_S} s")
+        answer = Answer(received[opening:-1])  # the fence's own answer left out
+        # Only session.close ends a vLLM-Omni session at once; a bare socket close holds its slot.
+        await ws.send_str(json.dumps({"type": "session.close"}))
+        return answer
 
 
 @dataclass(frozen=True)

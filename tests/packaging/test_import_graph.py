@@ -31,9 +31,9 @@ def test_layers_point_down():
         best = None
         for index, prefixes in enumerate(layers):
             for prefix in prefixes:
-                if module == prefix or module.startswith(prefix + "."):
-                    if best is None or len(prefix) > best[1]:
-                        best = (index, len(prefix))
+                matches = module == prefix or module.startswith(prefix + ".")
+                if matches and (best is None or len(prefix) > best[1]):
+                    best = (index, len(prefix))
         return None if best is None else best[0]
 
     upward = [(m, t) for m, targets in import_edges().items() for t in targets

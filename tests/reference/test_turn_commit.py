@@ -56,9 +56,9 @@ async def commit_delays_ms(backend: LocalBackend, end_of_turn: bool) -> list[flo
         async def read() -> None:
             async for event in runner.events():
                 if isinstance(event, p.SpeechStopped):
-                    stopped.append(event.audio_end_ms)
+                    stopped.append(event.audio_end_ms)  # noqa: B023 (called within this iteration)
                 if isinstance(event, p.InputAudioBufferCommitted):
-                    delays.append(1000.0 * sent_frames * FRAME / SR - stopped[-1])
+                    delays.append(1000.0 * sent_frames * FRAME / SR - stopped[-1])  # noqa: B023 (called within this iteration)
                     return
 
         reader = asyncio.create_task(read())

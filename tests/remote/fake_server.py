@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -135,10 +136,8 @@ class FakeServer:
         self.requests.append(request)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        try:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             await self.handler(ws, request)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
         if not ws.closed:
             await ws.close()
         return ws

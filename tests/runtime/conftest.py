@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -41,10 +42,8 @@ async def open_driver(request: pytest.FixtureRequest) -> AsyncIterator[Callable[
 
     yield factory
     for cleanup in reversed(cleanups):
-        try:
+        with contextlib.suppress(Exception):
             await cleanup()
-        except Exception:
-            pass
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["runner", "websocket"])

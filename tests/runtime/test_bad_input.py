@@ -97,7 +97,6 @@ async def test_endpoint_requires_duplex_flag(open_driver):
     import aiohttp
 
     driver, _, _ = await open_driver(Script(), transport="websocket")
-    async with aiohttp.ClientSession() as http:
-        async with http.get(driver.server.make_url("/v1/realtime?duplex=0")) as reply:
-            assert reply.status == 400
-            assert "Realtime API is not available" in await reply.text()
+    async with aiohttp.ClientSession() as http, http.get(driver.server.make_url("/v1/realtime?duplex=0")) as reply:
+        assert reply.status == 400
+        assert "Realtime API is not available" in await reply.text()

@@ -72,11 +72,11 @@ async def test_a_phone_talks_to_the_worker_over_https_with_a_session_token(
 
         base = f"https://{host_address}:{free_port}"
         # The page's server (here: the test) holds the key and mints a token; the browser gets only the token.
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as http:
-            async with http.post(base + "/api/token", json={"ttl_s": 120},
-                                 headers={"Authorization": f"Bearer {api_key}"}) as minted:
-                assert minted.status == 200
-                token = (await minted.json())["token"]
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as http, \
+                http.post(base + "/api/token", json={"ttl_s": 120},
+                          headers={"Authorization": f"Bearer {api_key}"}) as minted:
+            assert minted.status == 200
+            token = (await minted.json())["token"]
         browser = await asyncio.to_thread(
             Browser, fake_mic_wav=question_wav,
             extra_args=(PHONE_WINDOW, f"--ignore-certificate-errors-spki-list={spki}"))

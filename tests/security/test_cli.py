@@ -88,12 +88,11 @@ async def test_a_reachable_address_without_a_key_warns(free_port):
     assert "WARNING: duplex-agent is serving 0.0.0.0 with NO API KEY" in worker.text()
     metrics_port = unused_port()
     async with Worker("--host", "0.0.0.0", "--port", str(free_port), "--allow-unauthenticated",
-                      "--metrics-port", str(metrics_port), env=env) as quiet:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{metrics_port}/metrics") as scraped:
-                assert scraped.status == 200 and "duplex_sessions_active" in await scraped.text()
-            async with http.get(f"http://127.0.0.1:{free_port}/metrics") as main_port:
-                assert main_port.status == 404
+                      "--metrics-port", str(metrics_port), env=env) as quiet, aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{metrics_port}/metrics") as scraped:
+            assert scraped.status == 200 and "duplex_sessions_active" in await scraped.text()
+        async with http.get(f"http://127.0.0.1:{free_port}/metrics") as main_port:
+            assert main_port.status == 404
     assert quiet.returncode == 0 and "NO API KEY" not in quiet.text()
 
 

@@ -12,6 +12,7 @@ that reason) and the call ends; packets that return sooner keep the call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -116,10 +117,8 @@ class PeerSession:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         if self._media_watch is not None:
             self._media_watch.close()
         if self.caller_reader is not None:

@@ -18,6 +18,7 @@ call_figures.py from the frames that go out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -200,10 +201,8 @@ class CallAudioPath:
         self._closed = True
         if self._events_task is not None:
             self._events_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._events_task
-            except asyncio.CancelledError:
-                pass
             self._events_task = None
         self.output.playout.clear()
 
@@ -379,9 +378,8 @@ class CallAudioPath:
         elif isinstance(event, SpeechStarted):
             if not self.playout.playing:
                 self._set_state("listening")
-        elif isinstance(event, ResponseCreated):
-            if not self.playout.playing:
-                self._set_state("thinking")
+        elif isinstance(event, ResponseCreated) and not self.playout.playing:
+            self._set_state("thinking")
         if self._on_event is not None:
             self._on_event(event)
 
