@@ -8,7 +8,7 @@ The suite's tests pass on a busy machine, and each half is a plain pytest run: n
 shared, skipped or retried; each ends with its slowest tests.
 
 Each half's output goes to a log under ``artifacts/test-logs/``, printed whole when that half
-ends; a failed test's ``tmp_path`` (its worker and app logs, its records) stays under
+ends, beside its JUnit XML report; a failed test's ``tmp_path`` (its worker and app logs, its records) stays under
 ``artifacts/test-tmp/<half>/``. The exit status is 0 only when both halves pass.
 
 Run: python -m devtools.split_suite [pytest options for both halves]
@@ -34,6 +34,7 @@ def halves(options: list[str]) -> dict[str, list[str]]:
     """Each half's name and pytest command line."""
     def pytest(name: str) -> list[str]:
         return [sys.executable, "-m", "pytest", f"--basetemp={TMP / _slug(name)}",
+                f"--junitxml={LOGS / _slug(name)}.xml",
                 "-o", "tmp_path_retention_policy=failed", f"--durations={SLOWEST_SHOWN}", *options]
 
     return {

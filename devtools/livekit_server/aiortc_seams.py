@@ -90,6 +90,13 @@ class RtpWriter:
     def ready(self) -> bool:
         return self.payload_type is not None and self._sender.transport.state == "connected"
 
+    @property
+    def waiting_for(self) -> str:
+        """What keeps it from sending: the subscriber's answer, or its transport's connection."""
+        if self.payload_type is None:
+            return "no answer applied"
+        return f"transport {self._sender.transport.state}"
+
     async def write(self, source: RtpPacket, sequence_number: int, timestamp: int,
                     payload_type: int, payload: bytes) -> int:
         """Sends ``payload`` as ``source`` renumbered; returns when it was handed to the SRTP

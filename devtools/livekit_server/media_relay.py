@@ -101,6 +101,7 @@ class ForwardingRecord:
         self.hops: deque[Hop] = deque(maxlen=maxlen)
         self.arrivals: deque[Arrival] = deque(maxlen=maxlen)
         self.publishers: dict[str, str] = {}  # audio track sid -> "room/identity" that published it
+        self.forwarders: dict[str, AudioForwarder] = {}  # audio track sid -> its forwarder
 
     def summary(self, now_ns: int) -> list[str]:
         """Per audio track: packets in and out to each subscriber, and how long ago the last one
@@ -113,8 +114,11 @@ class ForwardingRecord:
             for hop in self.hops:
                 if hop.track_sid == sid:
                     subscribers.setdefault(hop.subscriber, []).append(hop.sent_ns)
+            forwarder = self.forwarders.get(sid)
+            unready = [] if forwarder is None else forwarder.unready_subscribers()
             lines.append(line + "".join(f"; {len(sent)} to {who}" + _last(sent, now_ns)
-                                        for who, sent in subscribers.items()))
+                                        for who, sent in subscribers.items())
+                         + "".join(f"; {held} held from {who} ({why})" for who, held, why in unready))
         return lines
 
 
@@ -138,6 +142,7 @@ class AudioForwarder:
         self._record = record
         self._subs: set[ForwardedAudioTrack] = set()
         self._to_lose = 0
+        record.forwarders[track_sid] = self
         tap_rtp(receiver, self._on_rtp, red_payload_type)
 
     def lose(self, count: int) -> None:
@@ -155,6 +160,7 @@ class AudioForwarder:
             return False
         for sub in list(self._subs):
             if not sub.writer.ready:
+                sub.held += 1
                 continue
             try:
                 sent = await sub.forward(packet)
@@ -180,6 +186,11 @@ class AudioForwarder:
     def _detach(self, track: ForwardedAudioTrack) -> None:
         self._subs.discard(track)
 
+    def unready_subscribers(self) -> list[tuple[str, int, str]]:
+        """Each attached subscriber this track's packets are held from: who, how many packets,
+        and what its writer waits for (for a failure's reader)."""
+        return [(sub.subscriber, sub.held, sub.writer.waiting_for) for sub in self._subs if not sub.writer.ready]
+
     async def stop(self) -> None:
         for sub in list(self._subs):
             sub.stop()
@@ -201,6 +212,7 @@ class ForwardedAudioTrack(MediaStreamTrack):
         self.writer: RtpWriter  # set by AudioForwarder.attach
         self._forwarder = forwarder
         self._ended = asyncio.Event()
+        self.held = 0  # packets not sent: the writer was not ready
         self._seq_offset = random.getrandbits(16)
         self._ts_offset = random.getrandbits(32)
 

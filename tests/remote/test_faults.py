@@ -315,7 +315,10 @@ async def test_a_server_that_stops_reading_gets_bounded_input_and_a_backpressure
     finally:
         stop.set()
     errors = [e.code for e in seen if isinstance(e, p.ErrorEvent)]
-    assert errors == ["input_backpressure"]  # one report per overflow, not one per dropped append
+    # Reported once per overflow, not once per dropped append (about 2000 here). While the socket's
+    # buffers fill, the writer may empty the queue between two overflows, more often on a loaded
+    # machine, so there may be a few; the queue's own test counts one per overflow exactly.
+    assert errors and set(errors) == {"input_backpressure"} and len(errors) <= 5, errors
 
 
 async def _collect(conversation: RemoteConversation, into: list[p.ServerEvent]) -> None:
