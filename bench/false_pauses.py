@@ -26,7 +26,7 @@ noise (bad input): bursts all through a reply.
 arrives): Opus lets a short sound ring on for ~100 ms, 40-60 dB down, and Silero scores that
 tail, and the silence after it, as speech. The VAD counts a window as speech only within 30 dB
 of its onset's loudest and scores windows under -70 dBFS 0 (``SPEECH_LEVEL_SPAN_DB``,
-``SILENCE_DBFS``); docs/performance.md has this bench's figures before and after those rules.
+``SILENCE_DBFS``); docs/performance.md says why.
 
 Run: python -m bench.false_pauses [--offsets 4] [--opus]
 """

@@ -3,7 +3,7 @@
 One half holds the folders whose tests wait on real time against real peers (callers that speak
 in real time through the loopback LiveKit server, the namespaced network, the vLLM-Omni peer),
 the other everything else. Most of either half's time is audio played at its own pace, not
-CPU, so on 2 cores the whole suite takes about as long as the longer half (~20 min in CI).
+CPU, so on 2 cores the whole suite takes about as long as the longer half.
 The suite's tests pass on a busy machine, and each half is a plain pytest run: no test is
 shared, skipped or retried; each ends with its slowest tests.
 

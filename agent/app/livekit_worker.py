@@ -38,9 +38,9 @@ from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
 log = logging.getLogger("duplex_agent.livekit")
 #: livekit-agents watches each job runner's event loop for blocking code: a heartbeat and a
 #: watchdog thread per runner, each waking every fifth of the warn threshold (100 ms by
-#: default: 20 ms). This worker keeps one idle runner per session slot, so at 64 slots that
-#: was 0.13 of a core before any call (0.07 at 250 ms, 0.01 with the monitor off). Unless the
-#: deployment sets it, blocks of 250 ms and more are reported.
+#: default: 20 ms). This worker keeps one idle runner per session slot, so with many slots those
+#: wake-ups cost a share of a core before any call, for blocks this worker does not need to hear
+#: of that soon. Unless the deployment sets it, blocks of 250 ms and more are reported.
 LOOP_BLOCK_WARN_ENV = "LIVEKIT_AGENTS_LOOP_BLOCK_WARN_MS"
 LOOP_BLOCK_WARN_MS = "250"
 #: How long calls closed at the drain deadline get to say goodbye and leave their rooms.

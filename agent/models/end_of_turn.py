@@ -12,9 +12,9 @@ event loop; sessions hand it snapshots and pick up the answer on a later push.
 
 Each inference runs on that one thread alone (``EOT_PARALLELISM=none``, unless the
 environment says otherwise). The library's default spreads one inference over helper
-threads it starts for each call: measured here, 23 ms but 41 ms of CPU per inference,
-against 37 ms of CPU on one thread. A worker serving many calls wants the CPU, and 37 ms
-still fits in the probe's lead. On one thread, the inference's CPU is also exactly the
+threads it starts for each call: it answers sooner, but costs more CPU per inference than
+one thread does (``python -m bench.end_of_turn_cost`` prints both). A worker serving many
+calls wants the CPU, and one thread's answer still fits in the probe's lead. On one thread, the inference's CPU is also exactly the
 thread's, so the worker can count it (``duplex_end_of_turn_cpu_seconds``).
 """
 

@@ -55,8 +55,8 @@ REPLY_HEARD_BEFORE_BARGE_IN = 25  # loud frames (0.5 s) of the reply before the 
 QUIET_AFTER_S = 0.5  # the barge-in window ends this long after the interruption's last speech
 STOPPED_QUIET_FRAMES = 15  # the agent stopped: after the cut, this many frames (0.3 s) heard quiet in a row
 #: Generous deadlines: on a loaded machine a caller can take several times a clip's length to send
-#: it, and the handshakes' retransmissions through a lossy link take their time (at 10 % loss
-#: each way the data channel opened in 1 s p50, 22 s at worst, of 25 calls).
+#: it, and the handshakes' retransmissions through a lossy link take their time (aiortc's SCTP
+#: resends every 3 s, so through heavy loss a data channel can take tens of seconds to open).
 SEND_TIMEOUT_S = 120
 SENDERS = ("libopus-rr", "aiortc-opus")
 
@@ -122,7 +122,7 @@ class Call(CallerPeer):
                 await self.pc.setLocalDescription(await self.pc.createOffer())
             offer = {"sdp": self.pc.localDescription.sdp, "type": "offer"}
             # Through the TUN link an offer's body arrives in several TCP segments: the worker
-            # must read it whole (issue 20, point 2), so a refusal here is a failure, not a retry.
+            # must read it whole, so a refusal here is a failure, not a retry.
             async with http.post(self.url + "/api/offer", json=offer) as response:
                 text = await response.text()
                 if response.status != 200:

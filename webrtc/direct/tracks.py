@@ -33,8 +33,8 @@ DEFAULT_OPUS_BITRATE = 32000
 #: The loss rate Opus plans its in-band FEC for until the caller's first receiver report
 #: (libopus adds FEC only when this is > 0); then the reports set it (``loss_feedback``).
 OPUS_EXPECTED_LOSS_PERCENT = 10
-#: libopus complexity (0-10, default 10): 5 costs a fifth less CPU per frame of speech
-#: here (bench.direct_edges) at the same bitrate, a difference voice at 32 kb/s does not need.
+#: libopus complexity (0-10, default 10): 5 costs less CPU per frame of speech at the same
+#: bitrate (bench.direct_edges), and voice at 32 kb/s does not need the difference.
 OPUS_COMPLEXITY = 5
 
 

@@ -48,7 +48,7 @@ log = logging.getLogger("duplex_agent.livekit")
 #: shorter than two captures is not heard. A pause empties it the moment it is asked, the
 #: capture still waiting included, and gives its audio back to the playout
 #: (``AgentVoiceSource.take_back``); played on, it was the largest part of what the caller heard
-#: beyond the LiveKit floor (bench.livekit_send_queue, bench.livekit_path --control). Queued, not
+#: beyond the LiveKit floor (bench.livekit_send_queue, bench.livekit_path). Queued, not
 #: unqueued: the native source sends silence by itself while nothing is captured; a stream that
 #: stops instead reached the caller late or stretched after quiet gaps (bench.livekit_quiet_gap).
 SOURCE_QUEUE_MS = 40
@@ -57,12 +57,11 @@ SOURCE_QUEUE_MS = 40
 #: while the agent speaks. The queue is emptied at a pause, so its depth costs no barge-in time.
 VOICE_FRAMES_PER_CAPTURE = 2
 #: Caller audio in 20 ms frames (the SDK's default is 10 ms), as the callers' Opus packets
-#: come. 40 ms frames woke the job's loop half as often (0.71x the CPU per call at 4 calls) but
-#: held the first sound of a barge-in 15 ms on average, up to 30, for its frame to end: heard
-#: stop beyond the bare livekit.rtc floor +25 to +34 ms p50 and +26 to +45 p95 with 40 ms, +11
-#: to +20 and +11 to +15 with 20 ms, which cost 1.08-1.09x the CPU per call of 40 ms (1.13-1.16x
-#: of the direct worker's, 40 ms 1.04-1.12x) (bench.livekit_path and bench.livekit_vs_direct,
-#: --control; docs/performance.md).
+#: come. Longer frames would wake the job's loop less often, for less CPU per call, but the
+#: edge hears a barge-in's first sound only when the frame that holds it ends, so each extra
+#: millisecond of frame is a millisecond more of the agent the caller hears over them. The
+#: caller's ear wins over CPU (bench.livekit_path beside bench.livekit_vs_direct weighs the two;
+#: docs/performance.md).
 CALLER_FRAME_MS = 20
 TRANSCRIPTION_TOPIC = "lk.transcription"
 #: The caller's typed events (``error``, ``session.closed``), as on the direct path's data channel.

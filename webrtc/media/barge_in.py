@@ -50,9 +50,10 @@ from duplex_agent.webrtc.media.level_onset import ONSET_DBFS
 MAX_FALSE_PAUSES = 3
 #: The longest an unconfirmed pause holds the agent: a false pause is heard as at most this.
 MAX_PAUSE_MS = 256.0
-#: How far under the session's threshold a window pauses the agent (python -m bench.onset_delay
-#: --pause-thresholds: the onset stage's p95 beyond the floor, 40 ms frames, is 80 ms at 0.5, 50 at
-#: 0.3, and no lower at 0.2; python -m bench.false_pauses prices it in false pauses).
+#: How far under the session's threshold a window pauses the agent: Silero often scores a word's
+#: first window between the two, so pausing lower hears onsets sooner; lower still gains little
+#: and pauses on more that is not speech (python -m bench.onset_delay --pause-thresholds weighs
+#: the first, python -m bench.false_pauses the second).
 PAUSE_MARGIN = 0.2
 #: How long a pause the caller's level began holds against windows Silero scores as not speech
 #: while the sound stays loud: three windows, past the 75 ms "s" of "Sorry" (bench.onset_delay).

@@ -2,7 +2,7 @@
 
 Silero needs a whole 32 ms window, and scores the first windows of many speech onsets under the
 pause threshold (the 75 ms "s" that opens "Sorry" scores under 0.3): those onsets paused the agent
-40-50 ms after a bare echo peer's energy rule heard them (python -m bench.onset_delay). The level
+windows after a bare echo peer's energy rule heard them (python -m bench.onset_delay). The level
 rule hears them where that peer does: a 10 ms block over ``ONSET_DBFS`` that rises at least
 ``RISE_DB`` over the caller's background. It only pauses; whether the sound is speech (a
 barge-in) or not (resume) is still Silero's to say (barge_in.py).
