@@ -15,7 +15,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test bench install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev test test-fast bench install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,10 +97,14 @@ run: install
 livekit-dev: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) -- --host $(HOST) --port $(PORT)
 
-# The whole suite runs as two pytest processes side by side (devtools/split_suite.py); with
+# The whole suite runs as three pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.
 test: install-dev install-moshi omni-venv system-deps
 	HF_HUB_OFFLINE=1 $(BIN)/python -m $(if $(PYTEST_ARGS),pytest -q $(PYTEST_ARGS),devtools.split_suite -q)
+
+# The fast tier alone, for the inner loop: every test not in the real-peer tier (tests/conftest.py).
+test-fast: install-dev install-moshi
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not realtime" $(PYTEST_ARGS)
 
 bench: install-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench

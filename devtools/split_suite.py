@@ -1,17 +1,18 @@
-"""``make test``'s whole suite as two pytest processes side by side.
+"""``make test``'s whole suite as three pytest processes side by side.
 
-One half holds the folders whose tests wait on real time against real peers (callers that speak
-in real time through the loopback LiveKit server, the namespaced network, the vLLM-Omni peer),
-the other everything else. Most of either half's time is audio played at its own pace, not
-CPU, so on 2 cores the whole suite takes about as long as the longer half.
-The suite's tests pass on a busy machine, and each half is a plain pytest run: no test is
-shared, skipped or retried; each ends with its slowest tests.
+Two lanes hold the folders whose tests wait on real time against real peers (callers that speak
+in real time through the loopback LiveKit server, the namespaced network, the vLLM-Omni peer,
+livekit-agents' AgentSession), the third everything else: the fast tier and the other real-peer
+tests. Most of a real-time lane's time is audio played at its own pace, not CPU, so on 2 cores
+the whole suite takes about as long as the longest lane. The suite's tests pass on a busy machine
+(two busy loops beside it), and each lane is a plain pytest run: no test is shared, skipped or
+retried; each ends with its slowest tests.
 
-Each half's output goes to a log under ``artifacts/test-logs/``, printed whole when that half
-ends, beside its JUnit XML report; a failed test's ``tmp_path`` (its worker and app logs, its records) stays under
-``artifacts/test-tmp/<half>/``. The exit status is 0 only when both halves pass.
+Each lane's output goes to a log under ``artifacts/test-logs/``, printed whole when that lane
+ends, beside its JUnit XML report; a failed test's ``tmp_path`` (its worker and app logs, its
+records) stays under ``artifacts/test-tmp/<lane>/``. The exit status is 0 only when every lane passes.
 
-Run: python -m devtools.split_suite [pytest options for both halves]
+Run: python -m devtools.split_suite [pytest options for every lane]
 """
 
 from __future__ import annotations
@@ -22,24 +23,28 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: Folders of real-time calls against real peers: one half, run in this order.
-REAL_TIME = ("tests/omni_peer", "tests/livekit_agents", "tests/network", "tests/livekit")
+#: Folders of real-time calls against real peers, as two lanes of about equal length.
+REAL_TIME_LANES = {
+    "livekit rooms": ("tests/livekit", "tests/network"),
+    "agents and vllm-omni": ("tests/livekit_agents", "tests/omni_peer"),
+}
 LOGS = REPO / "artifacts" / "test-logs"
 TMP = REPO / "artifacts" / "test-tmp"
 #: Each half ends with its slowest tests and their times: where the suite's time goes.
 SLOWEST_SHOWN = 15
 
 
-def halves(options: list[str]) -> dict[str, list[str]]:
-    """Each half's name and pytest command line."""
+def lanes(options: list[str]) -> dict[str, list[str]]:
+    """Each lane's name and pytest command line."""
     def pytest(name: str) -> list[str]:
         return [sys.executable, "-m", "pytest", f"--basetemp={TMP / _slug(name)}",
                 f"--junitxml={LOGS / _slug(name)}.xml",
                 "-o", "tmp_path_retention_policy=failed", f"--durations={SLOWEST_SHOWN}", *options]
 
+    real_time = [folder for folders in REAL_TIME_LANES.values() for folder in folders]
     return {
-        "real-time peers": [*pytest("real-time peers"), *REAL_TIME],
-        "the rest": [*pytest("the rest"), "tests", *(f"--ignore={folder}" for folder in REAL_TIME)],
+        **{name: [*pytest(name), *folders] for name, folders in REAL_TIME_LANES.items()},
+        "the rest": [*pytest("the rest"), "tests", *(f"--ignore={folder}" for folder in real_time)],
     }
 
 
@@ -51,7 +56,7 @@ def main(options: list[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     TMP.mkdir(parents=True, exist_ok=True)
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
-    for name, command in halves(options).items():
+    for name, command in lanes(options).items():
         log = LOGS / f"{_slug(name)}.log"
         with log.open("w") as out:
             running[name] = (subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT), log)
@@ -67,7 +72,7 @@ def main(options: list[str]) -> int:
             if process.returncode != 0:
                 failed.append(name)
         time.sleep(1.0)
-    print(f"\n===== both halves done in {time.monotonic() - started:.0f} s: "
+    print(f"\n===== every lane done in {time.monotonic() - started:.0f} s: "
           f"{'failed: ' + ', '.join(failed) if failed else 'passed'} =====")
     return 1 if failed else 0
 

@@ -418,6 +418,9 @@ class DuplexAgentSession(llm.DuplexSession):
             self._words.add_marks(event.response_id, event.marks)
 
     def _on_event(self, event: p.ServerEvent) -> None:
+        if not isinstance(event, (p.ResponseTranscriptDelta, p.ResponseAudioDelta)):
+            # the turn's course, for a reader of a turn that never got its reply (deltas left out)
+            log.debug("model event %s%s", event.type, _event_detail(event))
         if isinstance(event, p.ResponseTranscriptDelta):
             if event.response_id not in self._cut:
                 self._said[event.response_id] = self._said.get(event.response_id, "") + event.delta
@@ -451,3 +454,9 @@ class DuplexAgentSession(llm.DuplexSession):
 def _silence() -> rtc.AudioFrame:
     return rtc.AudioFrame(bytes(2 * FRAME_SAMPLES), SAMPLE_RATE, 1, FRAME_SAMPLES)
 
+
+def _event_detail(event: p.ServerEvent) -> str:
+    """A few identifying fields of ``event`` for its debug line."""
+    fields = ("response_id", "item_id", "status", "code", "transcript", "reason")
+    shown = {name: getattr(event, name) for name in fields if getattr(event, name, None) not in (None, "")}
+    return f" {shown}" if shown else ""

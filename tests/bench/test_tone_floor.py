@@ -10,7 +10,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from bench.echo_peer import ONSET_RMS, TONE_MS, build_app
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.integration.conftest import Microphone
-from tests.webrtc.client_peer import ClientPeer, tone_48k, wait_for
+from tests.support.audio import tone
+from tests.webrtc.client_peer import ClientPeer, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +40,12 @@ async def test_the_floor_answers_after_the_callers_silence_and_stops_at_their_ne
         await caller.connect(http)
         await wait_for(lambda: len(caller.received) > 10, 20, "the floor's track")
         assert not any(_loud(f) for f in caller.received), "a tone before the caller said anything"
-        mic.say(tone_48k(0.4, hz=200.0))  # the caller's turn
+        mic.say(tone(400, hz=200.0, rate=48000))  # the caller's turn
         await wait_for(lambda: any(_loud(f) for f in caller.received), 20, "the floor's tone reply")
         first_loud = next(i for i, f in enumerate(caller.received) if _loud(f))
         # Heard a little of the tone (well under its 1 s), the caller speaks again: the tone stops.
         await wait_for(lambda: sum(_loud(f) for f in caller.received[first_loud:]) >= 10, 20, "200 ms of tone")
-        mic.say(tone_48k(0.4, hz=250.0))
+        mic.say(tone(400, hz=250.0, rate=48000))
         cut_at = len(caller.received)
 
         def quiet_for(frames: int) -> bool:

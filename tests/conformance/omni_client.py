@@ -80,11 +80,6 @@ def pcm16(samples: np.ndarray) -> str:
     return base64.b64encode((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()).decode()
 
 
-def tone(ms: float, rate: int = 16000, level: float = 0.3) -> np.ndarray:
-    t = np.arange(int(rate * ms / 1000)) / rate
-    return (level * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
-
-
 class OmniClient:
     """One socket to ``/v1/realtime?duplex=1``; the session it learns outlives the socket (for resume)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from duplex_agent.plugins.scripted import Script
-from tests.conformance.omni_client import tone
+from tests.support.audio import tone
 
 MANUAL = {"turn_detection": None}
 

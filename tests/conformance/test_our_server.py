@@ -11,7 +11,7 @@ import pytest
 
 from duplex_agent.agent.protocol.audio import _ALAW, _ULAW
 from duplex_agent.plugins.scripted import Script
-from tests.conformance.omni_client import tone
+from tests.support.audio import tone
 
 APPEND = "input_audio_buffer.append"
 MANUAL = {"turn_detection": None}
@@ -96,7 +96,7 @@ async def test_each_append_is_decoded_with_its_own_format_and_rate(our_server, f
     _, client, _, _ = await our_server(Script(reply=None))
     omni = client()
     await omni.open(MANUAL)  # the session itself says pcm16 at 16 kHz
-    samples = tone(300, rate)
+    samples = tone(300, rate=rate)
     step = rate // 50
     for i in range(0, samples.size, step):
         audio = base64.b64encode(ENCODERS[fmt](samples[i:i + step])).decode()

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from duplex_agent.plugins.scripted import Script
-from tests.conformance.omni_client import OmniClient, tone
+from tests.conformance.omni_client import OmniClient
+from tests.support.audio import tone
 
 MANUAL = {"turn_detection": None}
 REPLY = " ".join(f"w{i}" for i in range(12))

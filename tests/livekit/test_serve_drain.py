@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from tests.runtime.drivers import WebSocketDriver, tone
+from tests.runtime.drivers import WebSocketDriver
+from tests.support.audio import tone
 
 MANUAL = {"type": "session.update", "session": {"turn_detection": None, "input_sample_rate": 16000}}
 

@@ -51,7 +51,9 @@ def _record(room: str, kind: str, **data) -> None:
 
 def _log_room_input() -> None:
     """For a failure's diagnosis: livekit-agents' debug records of the room's input streams (a
-    track read or closed, the input attached or detached), none of its other debug records."""
+    track read or closed, the input attached or detached), none of its other debug records, and
+    every event of our model but its deltas (a turn's course: speech, commit, transcript, reply)."""
+    logging.getLogger("duplex_agent.livekit_agents").setLevel(logging.DEBUG)
     lk = logging.getLogger("livekit.agents")
     lk.setLevel(logging.DEBUG)
     if not lk.filters:

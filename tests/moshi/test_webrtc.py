@@ -15,7 +15,8 @@ from duplex_agent.plugins.moshi.plugin import MoshiOptions
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 from tests.integration.conftest import Microphone
-from tests.webrtc.client_peer import ClientPeer, tone_48k, wait_for
+from tests.support.audio import tone
+from tests.webrtc.client_peer import ClientPeer, wait_for
 
 pytestmark = pytest.mark.slow
 SECONDS_HEARD = 4.0
@@ -42,7 +43,7 @@ async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker, caplog)
     peers = [ClientPeer(address, mic.next_frame) for mic in mics]
     try:
         for peer, mic, hz in zip(peers, mics, (220.0, 330.0)):
-            mic.say(tone_48k(SECONDS_HEARD + 6.0, hz=hz))
+            mic.say(tone(1000 * (SECONDS_HEARD + 6.0), hz, rate=48000))
             await peer.connect(http)
         await wait_for(lambda: backend.active_sessions == 2, 20, "both sessions to open")
         frames = int(SECONDS_HEARD / 0.02)

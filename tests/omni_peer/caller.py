@@ -119,8 +119,3 @@ async def acknowledge(client: OmniClient, reply: Reply) -> None:
     played_ms = int(reply.seconds * 1000)
     await client.send({"type": "playback.ack", "response_id": reply.response_id, "played_ms": played_ms,
                        "committed_ms": played_ms})
-
-
-def tone(ms: float, hz: float = 440.0) -> np.ndarray:
-    t = np.arange(int(16 * ms)) / 16000
-    return (0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32)

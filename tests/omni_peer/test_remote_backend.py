@@ -15,9 +15,10 @@ import pytest
 
 from devtools.speech import speak
 from tests.conformance.omni_client import OmniClient
-from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, reply_tone_hz, say, tone
+from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, reply_tone_hz, say
 from tests.omni_peer.processes import OmniPeer
 from tests.serve_process import ServeProcess
+from tests.support.audio import tone
 from tests.tcp_relay import RelayThread
 
 #: Each scripted word is 0.3 s of audio; "reply N" itself is not spoken.

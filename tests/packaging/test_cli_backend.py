@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conformance.omni_client import OmniClient, tone
+from tests.conformance.omni_client import OmniClient
 from tests.packaging.import_graph import ROOT
 from tests.serve_process import ServeProcess
+from tests.support.audio import tone
 
 CLI = [sys.executable, "-m", "duplex_agent.agent.app.cli"]
 #: start and dev check these before the backend; no LiveKit server is reached (the backend fails first).

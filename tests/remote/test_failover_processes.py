@@ -8,10 +8,11 @@ import asyncio
 
 import pytest
 
-from tests.conformance.omni_client import OmniClient, tone
+from tests.conformance.omni_client import OmniClient
 from tests.omni_peer.conftest import omni_python  # noqa: F401  (the fixture: .venv-omni, built or skipped)
 from tests.omni_peer.processes import PEER_START_TIMEOUT_S, OmniPeer
 from tests.serve_process import ServeProcess, free_port
+from tests.support.audio import tone
 
 MANUAL = {"turn_detection": None}
 BACKEND_ARGS = ("--plugin", "scripted", "--drain-timeout", "2")

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -25,6 +23,8 @@ from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from tests.support.audio import tone
+from tests.support.ports import free_port
 
 from .fake_server import (
     OMNI_CAPS,
@@ -38,10 +38,6 @@ from .fake_server import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_RESUME = {**OMNI_CAPS, "supports_session_resume": False}
-
-
-def tone(ms: float, rate: int = 16000, level: float = 0.3) -> np.ndarray:
-    return (level * np.sin(np.arange(int(rate * ms / 1000)) / 4)).astype(np.float32)
 
 
 async def next_event(conversation: RemoteConversation, timeout: float = 5.0) -> p.ServerEvent | None:
@@ -91,12 +87,6 @@ async def fake_servers():
 
 
 # ---- a real server process, killed and restarted ----
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_server_process(port: int) -> asyncio.subprocess.Process:

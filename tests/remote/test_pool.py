@@ -27,12 +27,9 @@ from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.remote.conversation_events import events_until
+from tests.support.audio import tone
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
-
-
-def tone(ms: float, rate: int = 16000) -> np.ndarray:
-    return (0.3 * np.sin(np.arange(int(rate * ms / 1000)) / 4)).astype(np.float32)
 
 
 class Served:

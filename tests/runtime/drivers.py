@@ -21,11 +21,6 @@ def pcm16_b64(samples: np.ndarray) -> str:
     return base64.b64encode((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()).decode()
 
 
-def tone(ms: float, *, amplitude: float = 0.3, rate: int = RATE) -> np.ndarray:
-    t = np.arange(int(rate * ms / 1000)) / rate
-    return (amplitude * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
-
-
 class Driver:
     """Sends client events as dicts and reads server events as dicts."""
 

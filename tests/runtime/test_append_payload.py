@@ -5,7 +5,7 @@ from __future__ import annotations
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.plugins.contract import payload_turn_id
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
-from tests.runtime.drivers import tone
+from tests.support.audio import tone
 
 
 async def test_each_append_payload_tells_the_plugin_its_user_turn(open_driver):

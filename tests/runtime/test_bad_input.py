@@ -10,7 +10,7 @@ import json
 import pytest
 
 from duplex_agent.plugins.scripted import Script
-from tests.runtime.drivers import tone
+from tests.support.audio import tone
 
 APPEND = "input_audio_buffer.append"
 

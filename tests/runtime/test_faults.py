@@ -18,7 +18,8 @@ from duplex_agent.plugins.engines.inprocess import InProcessEngine
 from duplex_agent.plugins.scripted import ListenerStage, Script, ScriptedPlugin, SpeakerStage
 from duplex_agent.plugins.speech_data_plane import SpeechDataPlane
 from tests.runtime.conftest import TRANSPORTS
-from tests.runtime.drivers import Driver, RunnerDriver, tone
+from tests.runtime.drivers import Driver, RunnerDriver
+from tests.support.audio import tone
 
 MANUAL = {"type": "session.update", "session": {"turn_detection": None, "input_sample_rate": 16000}}
 

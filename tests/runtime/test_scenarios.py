@@ -12,7 +12,7 @@ from duplex_agent.agent.session.limits import SessionLimits
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
 from duplex_agent.plugins.scripted import ListenerStage, Script, SpeakerStage
 from tests.runtime.conftest import TRANSPORTS
-from tests.runtime.drivers import tone
+from tests.support.audio import tone
 
 MANUAL = {"type": "session.update", "session": {"turn_detection": None, "input_sample_rate": 16000}}
 

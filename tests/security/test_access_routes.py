@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient
 
 from duplex_agent.agent.app.access.credentials import AccessKeys
 from tests.security.conftest import new_key, sessions_total
-from tests.webrtc.client_peer import ClientPeer, tone_48k
+from tests.support.audio import tone
+from tests.webrtc.client_peer import ClientPeer
 
 REALTIME = "/v1/realtime?duplex=1"
 SDP = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"
@@ -162,14 +163,14 @@ async def test_a_lone_credential_subprotocol_is_echoed(guarded_worker, api_key):
 async def test_the_key_and_a_fresh_token_signal_an_aiortc_peer(guarded_worker, api_key, host_address, credential):
     worker = await guarded_worker()
     authorised = Authorised(worker.http, api_key if credential == "key" else worker.guard.keys.mint()[0])
-    peer = ClientPeer(host_address, lambda: (tone_48k(0.02) * 32767).astype("int16"))
+    peer = ClientPeer(host_address, lambda: (tone(20, rate=48000) * 32767).astype("int16"))
     try:
         await peer.connect(authorised)
         async with asyncio.timeout(20):
             while "session.created" not in peer.message_types():
                 await asyncio.sleep(0.05)
         assert worker.work_done() == (1, 1)
-        refused = ClientPeer(host_address, lambda: (tone_48k(0.02) * 32767).astype("int16"))
+        refused = ClientPeer(host_address, lambda: (tone(20, rate=48000) * 32767).astype("int16"))
         with pytest.raises(AssertionError, match="unauthorized"):
             await refused.connect(worker.http)  # the same worker, no credentials
         await refused.close()

@@ -14,7 +14,8 @@ import pytest
 
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 from tests.security.test_access_routes import REALTIME, _session_created
-from tests.webrtc.client_peer import ClientPeer, tone_48k
+from tests.support.audio import tone
+from tests.webrtc.client_peer import ClientPeer
 
 
 def rss_mib() -> float:
@@ -87,7 +88,7 @@ async def test_open_sessions_per_address_come_back_when_sessions_end(guarded_wor
 
 async def test_a_webrtc_peer_holds_its_slot_until_it_leaves(guarded_worker, host_address):
     worker = await guarded_worker(sessions_per_address=1)
-    silence = lambda: (tone_48k(0.02, level=0.0) * 32767).astype("int16")  # noqa: E731
+    silence = lambda: (tone(20, level=0.0, rate=48000) * 32767).astype("int16")  # noqa: E731
     peer = ClientPeer(host_address, silence)
     await peer.connect(worker.http)
     async with asyncio.timeout(20):  # connected: its close reaches the worker (SCTP abort)

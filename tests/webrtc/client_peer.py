@@ -31,11 +31,6 @@ def frames_of(audio: np.ndarray) -> Callable[[], np.ndarray]:
     return next_frame
 
 
-def tone_48k(seconds: float, hz: float = 440.0, level: float = 0.3) -> np.ndarray:
-    t = np.arange(int(48000 * seconds)) / 48000
-    return (level * np.sin(2 * np.pi * hz * t)).astype(np.float32)
-
-
 class ClientPeer:
     def __init__(self, host_address: str, next_frame: Callable[[], np.ndarray]) -> None:
         self.host_address = host_address

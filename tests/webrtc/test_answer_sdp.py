@@ -6,8 +6,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.signaling import register_webrtc_routes
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend, EnergyVadModel
 
 AIORTC_ANSWER = (
@@ -47,7 +48,7 @@ async def test_the_workers_answer_asks_for_fec_and_the_call_connects(host_addres
     app = web.Application()
     register_webrtc_routes(app, EchoBackend(max_sessions=1), host_address=host_address, vad_model=EnergyVadModel())
     async with TestClient(TestServer(app)) as http:
-        client = ClientPeer(host_address, frames_of(tone_48k(2)))
+        client = ClientPeer(host_address, frames_of(tone(2000, rate=48000)))
         try:
             await client.connect(http)
             opus = next(line.split()[0].split(":")[1] for line in client.answer_sdp.splitlines()

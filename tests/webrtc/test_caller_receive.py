@@ -20,8 +20,9 @@ from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder, PlayoutTrack
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend
 from .test_peer import serve
 
@@ -42,7 +43,7 @@ async def test_our_buffer_serves_the_call_and_reports_per_call_and_in_total(host
     monkeypatch.setattr(loss_feedback, "POLL_INTERVAL_S", 0.2)
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
     total_before = _sample("duplex_receive_frames_total", outcome="received") or 0.0
     try:
         await client.connect(http)
@@ -78,7 +79,7 @@ async def test_the_aiortc_switch_keeps_aiortcs_buffer(host_address):
     backend = EchoBackend()
     app_http = await serve_with(backend, host_address, receive_buffer="aiortc")
     http, app = app_http
-    client = ClientPeer(host_address, frames_of(tone_48k(10)))
+    client = ClientPeer(host_address, frames_of(tone(10000, rate=48000)))
     try:
         await client.connect(http)
         await wait_for(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
@@ -133,12 +134,12 @@ class GarblingTrack(PlayoutTrack):
 async def test_garbage_and_truncated_payloads_from_a_real_sender_are_concealed_and_the_call_goes_on(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
     rng = np.random.default_rng(3)
     real = OpusVoiceEncoder()
-    tone = (tone_48k(0.02) * 32767).astype(np.int16)
-    garbage = lambda i: b"\xff" + rng.bytes(30) if i % 2 else real.encode(tone)[:2]  # noqa: E731
-    track = GarblingTrack(frames_of(tone_48k(30)), range(100, 120), garbage)
+    frame = (tone(20, rate=48000) * 32767).astype(np.int16)
+    garbage = lambda i: b"\xff" + rng.bytes(30) if i % 2 else real.encode(frame)[:2]  # noqa: E731
+    track = GarblingTrack(frames_of(tone(30000, rate=48000)), range(100, 120), garbage)
     client.pc.getSenders()[0].replaceTrack(track)
     try:
         await client.connect(http)
@@ -189,8 +190,8 @@ class PausingTrack(PlayoutTrack):
 async def test_a_caller_silent_for_3_s_is_heard_again_when_packets_return(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))
-    track = PausingTrack(frames_of(tone_48k(30)), before=50, pause_s=3.0)
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
+    track = PausingTrack(frames_of(tone(30000, rate=48000)), before=50, pause_s=3.0)
     client.pc.getSenders()[0].replaceTrack(track)
     try:
         await client.connect(http)
@@ -249,7 +250,7 @@ async def test_a_real_senders_ssrc_change_sequence_jump_and_timestamp_wrap_are_c
         host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
     rewriter = RtpRewriter(client.pc.getSenders()[0], start=100, sequence_jump=5000, ssrc=0x5EED, wrap_after=50)
     try:
         await client.connect(http)

@@ -19,8 +19,9 @@ from duplex_agent.webrtc.direct.tracks import (
     PlayoutTrack,
     frame_to_mono_f32,
 )
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend
 from .test_peer import serve
 
@@ -40,8 +41,8 @@ async def _packets(track: PlayoutTrack, n: int) -> list[av.Packet]:
 
 @pytest.mark.asyncio
 async def test_the_playout_track_sends_mono_opus_that_decodes_to_its_frames():
-    tone = tone_48k(1.0, hz=440.0, level=0.3)
-    low, high = PlayoutTrack(frames_of(tone), bitrate=16000), PlayoutTrack(frames_of(tone), bitrate=64000)
+    sound = tone(1000, hz=440.0, level=0.3, rate=48000)
+    low, high = PlayoutTrack(frames_of(sound), bitrate=16000), PlayoutTrack(frames_of(sound), bitrate=64000)
     packets = await _packets(low, 50)
     loud = await _packets(high, 50)
     assert [p.pts for p in packets] == [960 * n for n in range(50)]
@@ -62,8 +63,8 @@ async def test_the_playout_track_sends_mono_opus_that_decodes_to_its_frames():
 @pytest.mark.asyncio
 async def test_quiet_frames_go_as_one_silence_packet_and_speech_after_them_decodes_clean():
     """A quiet agent costs no encode; the tone after the quiet decodes as the tone, the quiet as silence."""
-    tone = (tone_48k(0.4, hz=440.0, level=0.3) * 32767).astype(np.int16)
-    script = [tone[i : i + 960] for i in range(0, tone.size, 960)]
+    sound = (tone(400, hz=440.0, level=0.3, rate=48000) * 32767).astype(np.int16)
+    script = [sound[i : i + 960] for i in range(0, sound.size, 960)]
     script = script + [np.zeros(960, np.int16)] * 30 + script
     frames = iter(script)
     track = PlayoutTrack(lambda: next(frames))
@@ -100,7 +101,7 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
     monkeypatch.setattr(peer_session, "METRICS_INTERVAL_S", 0.2)
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))  # caller audio all along: input_added_ms moves
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))  # caller audio all along: input_added_ms moves
     metrics = lambda: [m for m in client.messages if m["type"] == "metrics"]  # noqa: E731
     try:
         await client.connect(http)

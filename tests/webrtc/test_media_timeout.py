@@ -15,8 +15,9 @@ from duplex_agent.agent.app.settings import Settings
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
 from duplex_agent.webrtc.direct.peer_session import DEFAULT_MEDIA_TIMEOUT_S
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend
 from .test_caller_receive import PausingTrack, _sample, serve_with
 
@@ -114,8 +115,8 @@ async def test_a_closed_watchdog_never_fires():
 async def test_a_caller_that_stops_sending_is_told_why_and_the_call_ends(host_address, receive_buffer):
     backend = EchoBackend()
     http, app = await serve_with(backend, host_address, media_timeout_s=2.0, receive_buffer=receive_buffer)
-    client = ClientPeer(host_address, frames_of(tone_48k(30)))
-    track = PausingTrack(frames_of(tone_48k(30)), before=50, pause_s=60.0)  # stops after a second
+    client = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
+    track = PausingTrack(frames_of(tone(30000, rate=48000)), before=50, pause_s=60.0)  # stops after a second
     client.pc.getSenders()[0].replaceTrack(track)
     before = _sample("duplex_errors_total", code="media_timeout") or 0.0
     try:

@@ -11,8 +11,9 @@ from duplex_agent.agent.protocol.events import (
     SessionUpdate,
 )
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend, HumBackend
 
 pytestmark = pytest.mark.asyncio
@@ -29,7 +30,7 @@ async def serve(backend, host_address):
 async def test_caller_audio_comes_back_through_the_echo_backend(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address)
-    client = ClientPeer(host_address, frames_of(tone_48k(4)))
+    client = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
     try:
         await client.connect(http)
         await wait_for(lambda: client.loud_frames() >= 25, 10, "echoed audio at the client")

@@ -13,7 +13,8 @@ from duplex_agent.webrtc.media.playout import (
 )
 
 
-def tone(ms: float, level: float = 0.5) -> np.ndarray:
+def steady(ms: float, level: float = 0.5) -> np.ndarray:
+    """A constant signal: every sample at ``level``."""
     return np.full(int(48 * ms), level, dtype=np.float32)
 
 
@@ -27,7 +28,7 @@ def test_empty_queue_gives_silence():
 
 def test_clear_silences_the_very_next_frame_and_reports_what_was_dropped():
     queue = PlayoutQueue()
-    queue.capture(tone(100), "r1")
+    queue.capture(steady(100), "r1")
     assert queue.next_frame().any()
     cleared = queue.clear()
     assert cleared.response_ids == ["r1"]
@@ -39,8 +40,8 @@ def test_clear_silences_the_very_next_frame_and_reports_what_was_dropped():
 
 def test_played_record_is_exact_per_response_across_frame_boundaries():
     queue = PlayoutQueue()
-    queue.capture(tone(30), "r1", tag="first")
-    queue.capture(tone(25), "r2", tag="second")
+    queue.capture(steady(30), "r1", tag="first")
+    queue.capture(steady(25), "r2", tag="second")
     queue.flush("r1")
     frames = [queue.next_frame() for _ in range(2)]
     assert all(f.all() for f in frames)
@@ -58,12 +59,12 @@ def test_played_record_is_exact_per_response_across_frame_boundaries():
 def test_underrun_counts_only_silence_mid_response():
     queue = PlayoutQueue()
     queue.next_frame()  # nothing playing: not an underrun
-    queue.capture(tone(30), "r1")
+    queue.capture(steady(30), "r1")
     queue.next_frame()
     queue.next_frame()  # 10 ms short mid-response
     queue.next_frame()  # still waiting for more of r1
     assert queue.underruns == 2
-    queue.capture(tone(10), "r1")
+    queue.capture(steady(10), "r1")
     queue.flush("r1")
     queue.next_frame()  # ends inside this frame: finished, not an underrun
     queue.next_frame()
@@ -74,19 +75,19 @@ def test_underrun_counts_only_silence_mid_response():
 
 def test_audio_for_a_cleared_response_is_refused():
     queue = PlayoutQueue()
-    queue.capture(tone(40), "r1")
+    queue.capture(steady(40), "r1")
     queue.next_frame()
     queue.clear()
-    queue.capture(tone(40), "r1")
+    queue.capture(steady(40), "r1")
     assert not queue.next_frame().any()
-    queue.capture(tone(40), "r2")
+    queue.capture(steady(40), "r2")
     assert queue.next_frame().any()
 
 
 def test_drop_response_keeps_other_responses():
     queue = PlayoutQueue()
-    queue.capture(tone(40), "r1")
-    queue.capture(tone(40, 0.25), "r2")
+    queue.capture(steady(40), "r1")
+    queue.capture(steady(40, 0.25), "r2")
     assert queue.drop_response("r1") == 40 * 48
     frame = queue.next_frame()
     assert abs(frame[0] / 32767 - 0.25) < 1e-3
@@ -109,7 +110,7 @@ async def test_wait_for_audio_returns_when_audio_is_queued_and_at_once_while_som
     queue.capture(np.zeros(0, np.float32), "r1")  # nothing to play: no wake-up
     await _after_what_is_scheduled()
     assert not waiter.done()
-    queue.capture(tone(40), "r1")
+    queue.capture(steady(40), "r1")
     await asyncio.wait_for(waiter, 5)
     await asyncio.wait_for(queue.wait_for_audio(), 5)  # audio is queued: no wait
     queue.next_frame(), queue.next_frame()
@@ -136,7 +137,7 @@ async def test_wait_for_audio_wakes_a_waiter_on_another_loop_thread():
     loop = asyncio.get_running_loop()
     thread = asyncio.ensure_future(asyncio.to_thread(other_thread))
     await asyncio.wait_for(parked.wait(), 5)
-    queue.capture(tone(20), "r1")
+    queue.capture(steady(20), "r1")
     await asyncio.wait_for(thread, 5)
 
 
@@ -194,7 +195,7 @@ def test_the_fades_have_no_click():
 
 def test_a_pause_and_resume_between_two_frames_is_never_heard():
     queue = PlayoutQueue()
-    queue.capture(tone(100), "r1")
+    queue.capture(steady(100), "r1")
     queue.next_frame()
     assert queue.pause() and queue.resume()
     assert queue.next_frame().all()
@@ -203,13 +204,13 @@ def test_a_pause_and_resume_between_two_frames_is_never_heard():
 
 def test_clear_ends_a_pause_and_the_next_reply_plays():
     queue = PlayoutQueue()
-    queue.capture(tone(100), "r1")
+    queue.capture(steady(100), "r1")
     queue.next_frame()
     queue.pause()
     queue.next_frame()
     queue.clear()
     assert not queue.paused and not queue.resume()
-    queue.capture(tone(40), "r2")
+    queue.capture(steady(40), "r2")
     assert queue.next_frame().all()
 
 
@@ -258,9 +259,9 @@ def test_take_back_skips_an_underrun_frames_silence():
 
 def test_take_back_refuses_what_it_cannot_give_back_and_changes_nothing():
     queue = PlayoutQueue()
-    queue.capture(tone(20), "r1")
+    queue.capture(steady(20), "r1")
     queue.flush("r1")
-    queue.capture(tone(100), "r2")
+    queue.capture(steady(100), "r2")
     queue.next_frame()  # r1 played to its end (reported) ...
     queue.next_frame()  # ... then r2's first frame
     assert not queue.take_back(20.0)  # not paused

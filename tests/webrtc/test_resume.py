@@ -8,8 +8,9 @@ from aiortc import RTCSessionDescription
 from duplex_agent.agent.protocol.events import SessionUpdate
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend
 
 pytestmark = pytest.mark.asyncio
@@ -38,9 +39,9 @@ async def serve(backend, host_address, grace_s):
 async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address, grace_s=30)
-    first = ClientPeer(host_address, frames_of(tone_48k(4)))
-    second = ClientPeer(host_address, frames_of(tone_48k(4)))
-    stranger = ClientPeer(host_address, frames_of(tone_48k(1)))
+    first = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
+    second = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
+    stranger = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
     try:
         status, answer = await offer(first, http, resumable=True)
         assert status == 200 and answer["resume_token"]
@@ -58,7 +59,7 @@ async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_addr
         await wait_for(lambda: second.loud_frames() >= 10, 10, "echoed audio on the second connection")
         assert len(backend.conversations) == 1  # the same conversation, no new one
         assert len(conversation.sent_of(SessionUpdate)) == 2
-        status, reused = await offer(ClientPeer(host_address, frames_of(tone_48k(1))), http,
+        status, reused = await offer(ClientPeer(host_address, frames_of(tone(1000, rate=48000))), http,
                                      resume={"pc_id": answer["pc_id"], "resume_token": answer["resume_token"]})
         assert status == 404 and reused["error"]["code"] == "session_resume_expired"  # single use
     finally:
@@ -73,7 +74,7 @@ async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_addr
 async def test_nobody_coming_back_closes_the_conversation_after_the_grace_period(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address, grace_s=0.3)
-    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    client = ClientPeer(host_address, frames_of(tone(2000, rate=48000)))
     try:
         await offer(client, http, resumable=True)
         await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
@@ -88,7 +89,7 @@ async def test_nobody_coming_back_closes_the_conversation_after_the_grace_period
 async def test_a_peer_that_did_not_ask_to_be_resumable_ends_its_conversation_at_once(host_address):
     backend = EchoBackend()
     http, app = await serve(backend, host_address, grace_s=30)
-    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    client = ClientPeer(host_address, frames_of(tone(2000, rate=48000)))
     try:
         status, answer = await offer(client, http)
         assert status == 200 and "resume_token" not in answer
@@ -103,7 +104,7 @@ async def test_a_hang_up_that_races_the_peer_dropping_still_ends_the_conversatio
     """The page sends DELETE and closes its peer together: whichever the server sees first, nothing is parked."""
     backend = EchoBackend()
     http, app = await serve(backend, host_address, grace_s=30)
-    client = ClientPeer(host_address, frames_of(tone_48k(2)))
+    client = ClientPeer(host_address, frames_of(tone(2000, rate=48000)))
     registry = app[WEBRTC_PEERS]
     try:
         status, answer = await offer(client, http, resumable=True)

@@ -5,8 +5,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.webrtc.direct.signaling import MAX_BODY_BYTES, WEBRTC_PEERS, register_webrtc_routes
+from tests.support.audio import tone
 
-from .client_peer import ClientPeer, frames_of, tone_48k, wait_for
+from .client_peer import ClientPeer, frames_of, wait_for
 from .fakes import EchoBackend, EnergyVadModel
 
 pytestmark = pytest.mark.asyncio
@@ -89,7 +90,7 @@ async def test_server_still_answers_a_good_offer_after_bad_ones(server, host_add
     http, backend, app = server
     for body in (b"{", b'{"sdp": "nope", "type": "offer"}', b"z" * (MAX_BODY_BYTES + 10)):
         assert (await http.post("/api/offer", data=body)).status >= 400
-    client = ClientPeer(host_address, frames_of(tone_48k(5)))
+    client = ClientPeer(host_address, frames_of(tone(5000, rate=48000)))
     try:
         await client.connect(http)
         assert client.pc_id in app[WEBRTC_PEERS].sessions
@@ -111,7 +112,7 @@ async def test_full_backend_gives_503_with_its_code(server, host_address, monkey
         raise AdmissionError("no room", code="resource_exhausted")
 
     monkeypatch.setattr(backend, "open", refuse)
-    client = ClientPeer(host_address, frames_of(tone_48k(1)))
+    client = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
     try:
         with pytest.raises(AssertionError, match="resource_exhausted"):
             await client.connect(http)
@@ -125,7 +126,7 @@ async def test_shutdown_closes_every_peer(host_address):
     register_webrtc_routes(app, backend, host_address=host_address, vad_model=EnergyVadModel())
     http = TestClient(TestServer(app))
     await http.start_server()
-    client = ClientPeer(host_address, frames_of(tone_48k(1)))
+    client = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
     try:
         await client.connect(http)
         assert app[WEBRTC_PEERS].sessions

@@ -1,0 +1,1 @@
+"""What tests and benchmarks share: free ports, test audio, and waits on a real signal."""
