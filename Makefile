@@ -15,7 +15,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test test-fast bench install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev test test-fast lint typecheck bench install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -100,11 +100,33 @@ livekit-dev: install
 # The whole suite runs as three pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.
 test: install-dev install-moshi omni-venv system-deps
+	$(MAKE) --no-print-directory lint
 	HF_HUB_OFFLINE=1 $(BIN)/python -m $(if $(PYTEST_ARGS),pytest -q $(PYTEST_ARGS),devtools.split_suite -q)
 
 # The fast tier alone, for the inner loop: every test not in the real-peer tier (tests/conftest.py).
 test-fast: install-dev install-moshi
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not realtime" $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(MAKE) --no-print-directory typecheck
+
+# mypy on the product packages under the names the wheel installs (duplex_agent.agent, ...), so that
+# the types across modules are checked. The folders are mapped under duplex_agent by pyproject's
+# [tool.setuptools.package-dir]; mypy reads no such mapping and does not follow setuptools' editable
+# finder either (every duplex_agent.* import would be a missing module, Any). So build/typecheck/
+# (git-ignored) holds duplex_agent/ as symlinks to the real folders, and mypy finds it there
+# ([tool.mypy] mypy_path); the files checked are the tree's own, reported under that prefix, which
+# the sed below drops. frontend/ is only its __init__.py (node_modules/ lies beside it).
+TYPECHECK_ROOT := build/typecheck/duplex_agent
+TYPECHECK_PACKAGES := agent plugins webrtc livekit_agents
+typecheck: $(VENV)/.installed-dev
+	@rm -rf $(TYPECHECK_ROOT) && mkdir -p $(TYPECHECK_ROOT)/frontend
+	@ln -s ../../../duplex_agent/__init__.py $(TYPECHECK_ROOT)/__init__.py
+	@ln -s ../../../../frontend/__init__.py $(TYPECHECK_ROOT)/frontend/__init__.py
+	@for p in $(TYPECHECK_PACKAGES); do ln -s ../../../$$p $(TYPECHECK_ROOT)/$$p || exit 1; done
+	@$(BIN)/mypy -p duplex_agent > build/typecheck/mypy.out; rc=$$?; \
+		sed 's|^$(TYPECHECK_ROOT)/||' build/typecheck/mypy.out; exit $$rc
 
 bench: install-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench

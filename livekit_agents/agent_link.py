@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +76,7 @@ class AgentSessionLink:
         self.reopened: str | None = None
         self._heard: dict[str, str] = {}  # message id -> what the caller heard of it, once cut
 
-    def find(self, explicit: list[AgentSession]) -> AgentSession | None:
+    def find(self, explicit: Iterable[AgentSession]) -> AgentSession | None:
         """The session running ``duplex`` now, else None (not started yet, or not ours)."""
         candidates = list(explicit)
         ctx = get_job_context(required=False)

@@ -231,19 +231,21 @@ class DuplexAgentSession(llm.DuplexSession):
             self._conversation.send(p.SessionUpdate(session={"instructions": instructions}))
 
     async def _append_items(self, items: list[llm.ChatItem]) -> None:
+        messages: list[llm.ChatMessage] = []
         for item in items:
             if not isinstance(item, llm.ChatMessage) or item.role not in ("user", "assistant", "system"):
                 raise llm.RealtimeError(f"a duplex model takes text messages only, not {item.type}")
+            messages.append(item)
         if self._conversation is None:
-            if items:  # before the session opened: the model has no history to add to yet
+            if messages:  # before the session opened: the model has no history to add to yet
                 raise llm.RealtimeError("the duplex session has not opened yet; add items once it has")
             return
-        for item in items:
-            if item.text_content:
-                kind = "output_text" if item.role == "assistant" else "input_text"
+        for message in messages:
+            if message.text_content:
+                kind = "output_text" if message.role == "assistant" else "input_text"
                 self._conversation.send(p.ConversationItemCreate(item={
-                    "type": "message", "role": item.role,
-                    "content": [{"type": kind, "text": item.text_content}]}))
+                    "type": "message", "role": message.role,
+                    "content": [{"type": kind, "text": message.text_content}]}))
 
     async def _update_tools(self, tools: list[llm.Tool]) -> None:
         if tools:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -39,7 +40,7 @@ RATE = 16000
 
 @dataclass(slots=True)
 class Script:
-    input_mode: str = "turn"
+    input_mode: Literal["continuous", "turn"] = "turn"
     unit_samples: int = 320
     #: The speaker's reply; ``None`` answers "you said heard N units".
     reply: str | None = "one two three four five six seven eight nine ten"
@@ -116,7 +117,7 @@ class SpeakerStage(PythonStage):
                 if self.script.word_delay_s:
                     await asyncio.sleep(self.script.word_delay_s)
                 spoken += 1
-                metadata = {"lag_ms": self.script.lag_ms} if self.script.lag_ms else {}
+                metadata: dict[str, object] = {"lag_ms": self.script.lag_ms} if self.script.lag_ms else {}
                 yield StageYield({"audio": _tone(self.script.word_ms), "text": word}, metadata=metadata)
 
 
@@ -174,7 +175,7 @@ class ScriptedPlugin(DuplexModelPlugin):
     def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
         return DuplexCapabilities(
             plugin_id=self.plugin_id, input_sample_rate=RATE, unit_samples=self.script.unit_samples,
-            output_sample_rate=RATE, max_sessions=max_sessions, input_mode=self.script.input_mode,  # type: ignore[arg-type]
+            output_sample_rate=RATE, max_sessions=max_sessions, input_mode=self.script.input_mode,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from duplex_agent.agent.app.settings import Settings, read_environment
@@ -11,6 +12,9 @@ from duplex_agent.agent.models.model_errors import ModelStartError
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexModelPlugin
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger("duplex_agent")
 
@@ -84,7 +88,7 @@ def backend_urls(spec: str) -> list[str]:
     return urls
 
 
-def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | None:
+def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> DataclassInstance | None:
     """The plugin's options: those the settings carry (the CLI's flags), else read from the environment."""
     options_type = plugin.options_type
     if options_type is None:
@@ -97,7 +101,7 @@ def plugin_options(plugin: DuplexModelPlugin, settings: Settings) -> object | No
     return settings.plugin_options
 
 
-def options_from_environment(options_type: type) -> object:
+def options_from_environment(options_type: type[DataclassInstance]) -> DataclassInstance:
     """A plugin's options: the defaults, with the values the environment sets (``DUPLEX_FIELD_NAME``)."""
     options = options_type()
     read_environment(options, os.environ)

@@ -7,6 +7,7 @@ import asyncio
 import ipaddress
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from duplex_agent.agent.app.bootstrap import options_from_environment, start_backend
 from duplex_agent.agent.app.flags import (
@@ -22,6 +23,9 @@ from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger("duplex_agent")
 
@@ -120,7 +124,7 @@ class PluginOptions:
     """The chosen plugin's option declaration, read before the parser is built (so --help shows it)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.values: object | None = None
+        self.values: DataclassInstance | None = None
         self.error = ""
         try:
             options_type = duplex_plugin_type(settings.plugin_path).options_type

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import Field, fields
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from duplex_agent.agent.app.settings import (
     FLAG,
@@ -21,6 +21,9 @@ from duplex_agent.agent.app.settings import (
 )
 from duplex_agent.plugins.contract.options import option_choices, option_help, option_is_secret
 from duplex_agent.webrtc.direct.receive_modes import RECEIVE_BUFFER_MODES
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 SERVE, START, DEV, TOKEN = "serve", "start", "dev", "token"
 #: Subcommands that load a model (and so take the plugin's options).
@@ -130,7 +133,7 @@ class JoinRepeated(argparse.Action):
 PARSER_NAMES = frozenset({"help", "command"})
 
 
-def check_option_names(plugin: str, options_type: type) -> None:
+def check_option_names(plugin: str, options_type: type[DataclassInstance]) -> None:
     """ValueError naming the first of the plugin's options that has a worker setting's name (or one the
     parser keeps): it would be a second ``--name`` (argparse refuses it, --help included) and read the
     setting's environment variable."""
@@ -152,7 +155,7 @@ def setting_flag(name: str) -> SettingFlag:
 
 
 def add_setting_arguments(parser: argparse.ArgumentParser, settings: Settings, command: str, *,
-                          plugin_title: str = "", plugin_options: object | None = None) -> None:
+                          plugin_title: str = "", plugin_options: DataclassInstance | None = None) -> None:
     """The settings ``command`` reads, as flags under their groups' headings, in ``GROUP_TITLES``'
     order; the plugin's options (if given) right after the model's group."""
     chosen = [f for f in fields(settings) if f.metadata.get(FLAG, True) and command in setting_flag(f.name).commands]
@@ -168,7 +171,7 @@ def add_setting_arguments(parser: argparse.ArgumentParser, settings: Settings, c
             add_option_arguments(parser, plugin_title, plugin_options)
 
 
-def add_option_arguments(parser: argparse.ArgumentParser, title: str, options: object) -> None:
+def add_option_arguments(parser: argparse.ArgumentParser, title: str, options: DataclassInstance) -> None:
     """A plugin's options (a dataclass instance holding the defaults) as flags under ``title``."""
     group = parser.add_argument_group(title)
     for f in fields(options):
@@ -176,7 +179,7 @@ def add_option_arguments(parser: argparse.ArgumentParser, title: str, options: o
                            choices=option_choices(f), secret=option_is_secret(f))
 
 
-def add_field_argument(group: argparse._ArgumentGroup, f: Field, default: object, meaning: str, *,
+def add_field_argument(group: argparse._ArgumentGroup, f: Field[Any], default: object, meaning: str, *,
                        choices: tuple[str, ...] = (), secret: bool = False) -> None:
     flag = "--" + f.name.replace("_", "-")
     env = " or ".join(reversed(environment_names(f.name)))
@@ -192,6 +195,6 @@ def add_field_argument(group: argparse._ArgumentGroup, f: Field, default: object
         group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                            help=f"{lead}env {env}; default: %(default)s")
     else:
-        group.add_argument(flag, dest=f.name, type=lambda text, f=f: parse_field(f, text), default=default,
+        group.add_argument(flag, dest=f.name, type=lambda text: parse_field(f, text), default=default,
                            choices=choices or None, metavar=f"{{{','.join(choices)}}}" if choices else None,
                            help=f"{lead}env {env}; default: %(default)s")

@@ -170,7 +170,8 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
                 signal_name, settings.drain_timeout)
     calls.finish_after_current()
     try:
-        await server.drain(timeout=settings.drain_timeout)
+        # livekit-agents types the timeout as int; it hands it to asyncio.wait_for, which takes float seconds.
+        await server.drain(timeout=settings.drain_timeout)  # type: ignore[arg-type]
     except TimeoutError:
         await calls.close_all("shutdown")
     try:

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PLUGIN_ALIASES = {
     "reference": "duplex_agent.plugins.reference.plugin.ReferencePlugin",
@@ -34,7 +38,7 @@ def _parse_bool(text: str) -> bool:
     return text.strip().lower() in _TRUE
 
 
-_FIELD_TYPES = {"int": int, "float": float, "bool": _parse_bool}
+_FIELD_TYPES: dict[str, Callable[[str], object]] = {"int": int, "float": float, "bool": _parse_bool}
 
 
 def _secret() -> str:
@@ -112,7 +116,7 @@ class Settings:
     tls_dir: str = ""
     #: The plugin's own settings (an instance of its ``options_type``), set by the CLI; None: read
     #: from the environment when the plugin loads. Not a flag itself: the plugin declares its flags.
-    plugin_options: object | None = field(default=None, metadata={FLAG: False})
+    plugin_options: DataclassInstance | None = field(default=None, metadata={FLAG: False})
 
     @property
     def plugin_path(self) -> str:
@@ -147,11 +151,12 @@ def environment_names(name: str) -> tuple[str, ...]:
     return (f"DUPLEX_{name.upper()}", name.upper()) if name.startswith("livekit") else (f"DUPLEX_{name.upper()}",)
 
 
-def parse_field(f: Field, text: str) -> object:
-    return _FIELD_TYPES.get(f.type, str)(text)
+def parse_field(f: Field[Any], text: str) -> object:
+    # Field types are the annotations' text (``from __future__ import annotations``): "int", "float", ...
+    return (_FIELD_TYPES.get(f.type, str) if isinstance(f.type, str) else str)(text)
 
 
-def read_environment(target: object, environ: Mapping[str, str]) -> None:
+def read_environment(target: DataclassInstance, environ: Mapping[str, str]) -> None:
     """Set the dataclass ``target``'s fields from their environment variables."""
     for f in fields(target):
         if f.metadata.get(FLAG, True):
@@ -160,7 +165,7 @@ def read_environment(target: object, environ: Mapping[str, str]) -> None:
                     setattr(target, f.name, parse_field(f, environ[name]))
 
 
-def read_arguments(target: object, namespace: argparse.Namespace) -> None:
+def read_arguments(target: DataclassInstance, namespace: argparse.Namespace) -> None:
     """Set the dataclass ``target``'s fields from the parsed command line (those it holds)."""
     for f in fields(target):
         if f.metadata.get(FLAG, True) and hasattr(namespace, f.name):

@@ -112,7 +112,7 @@ def _client_wire_forms(data: dict[str, Any], event_id: str | None) -> tuple[dict
     """vLLM-Omni's other spellings of a client event -> the one ``CLIENT_EVENTS`` knows."""
     kind = CLIENT_ALIASES.get(data["type"], data["type"])
     if kind == "turn.signal" and data.get("event") in _SIGNALLED_EVENTS:
-        payload = data.get("payload") if isinstance(data.get("payload"), dict) else {}
+        payload = given if isinstance(given := data.get("payload"), dict) else {}
         kind = CLIENT_ALIASES.get(data["event"], data["event"])
         if kind == "session.update":
             payload = {"session": payload}

@@ -125,7 +125,7 @@ _TURN_STATES: dict[type[p.ServerEvent], str] = {
 def omni_session(session: dict[str, Any], *, resumable: bool, turn_state: str = "idle",
                  fence: tuple[int, int] = (0, 0), active_response: str | None = None) -> dict[str, Any]:
     """A runner's ``session`` object shaped like vLLM-Omni's ``realtime.session`` (its ``as_public_dict``)."""
-    caps = session.get("capabilities") if isinstance(session.get("capabilities"), dict) else {}
+    caps = given if isinstance(given := session.get("capabilities"), dict) else {}
     in_format = str(session.get("input_audio_format", "pcm16"))
     out_format = str(session.get("output_audio_format", "pcm16"))
     in_rate = session.get("input_sample_rate", caps.get("input_sample_rate", 16000))

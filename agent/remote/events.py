@@ -58,7 +58,7 @@ class ServerMessageReader:
 
     def read(self, data: Any) -> list[p.ServerEvent]:
         """The typed events this message completes (an audio delta held for its words comes first)."""
-        kind = _BETA_NAMES.get(data.get("type"), data.get("type")) if isinstance(data, dict) else None
+        kind = _wire_kind(data) if isinstance(data, dict) else None
         if kind == "response.output_audio_transcript.delta" and isinstance(data.get("delta"), str):
             self._text(str(data.get("response_id"))).text += data["delta"]
         released: list[p.ServerEvent] = []
@@ -80,7 +80,7 @@ class ServerMessageReader:
         if not isinstance(data, dict):
             log.warning("skipping a server message that is not a JSON object")
             return None
-        kind = _BETA_NAMES.get(data.get("type"), data.get("type"))  # type: ignore[arg-type]
+        kind = _wire_kind(data)
         if kind in IGNORED_TYPES:
             return None
         if kind in _TEXT_TYPES:
@@ -91,7 +91,7 @@ class ServerMessageReader:
         elif kind == "response.output_audio_transcript.delta" and isinstance(data.get("response_id"), str):
             self._spoken.add(data["response_id"])
         data = {**data, "type": kind}
-        fill = _FILLERS.get(kind)  # type: ignore[arg-type]
+        fill = _FILLERS.get(kind)
         if fill is not None:
             fill(self, data)
         try:
@@ -126,7 +126,7 @@ class ServerMessageReader:
 
     def _delta(self, data: dict[str, Any]) -> None:
         _response_ids(data)
-        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        meta = _object(data, "metadata")
         rate = data.get("sample_rate", data.get("sample_rate_hz", self.output_rate))
         data.setdefault("sample_rate", rate)
         if "audio_ms" not in data and isinstance(data.get("delta"), str) and isinstance(rate, int) and rate > 0:
@@ -146,19 +146,19 @@ class ServerMessageReader:
 
     def _done(self, data: dict[str, Any]) -> None:
         _response_ids(data)
-        response = data.get("response") if isinstance(data.get("response"), dict) else {}
+        response = _object(data, "response")
         data.setdefault("status", response.get("status"))
         details = response.get("status_details")
         if "reason" not in data and isinstance(details, dict) and isinstance(details.get("reason"), str):
             data["reason"] = details["reason"]
-        meta = response.get("metadata") if isinstance(response.get("metadata"), dict) else {}
+        meta = _object(response, "metadata")
         playback = meta.get("playback")
         if "audio_ms" not in data and isinstance(playback, dict) and isinstance(playback.get("sent_ms"), int | float):
             data["audio_ms"] = playback["sent_ms"]
 
     def _listen(self, data: dict[str, Any]) -> None:
-        response = data.get("response") if isinstance(data.get("response"), dict) else {}
-        meta = response.get("metadata") if isinstance(response.get("metadata"), dict) else {}
+        response = _object(data, "response")
+        meta = _object(response, "metadata")
         if "reason" not in data and isinstance(meta.get("reason"), str):
             data["reason"] = meta["reason"]
 
@@ -186,6 +186,18 @@ def _text_as_transcript(data: dict[str, Any]) -> dict[str, Any] | None:
     if "text" in data and "transcript" not in data:
         data["transcript"] = data.pop("text")
     return data
+
+
+def _wire_kind(data: dict[str, Any]) -> Any:
+    """A message's ``type`` (any JSON value), a beta name in the GA spelling."""
+    kind: Any = data.get("type")
+    return _BETA_NAMES.get(kind, kind)
+
+
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` when it is a JSON object, else an empty one."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _base64_bytes(text: str) -> int:

@@ -10,7 +10,7 @@ and the input rate under ``session.audio.input``. Both are read into one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, parse_audio_format
 from duplex_agent.agent.protocol.events import ProtocolError
@@ -68,15 +68,18 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
     unit_ms = caps.get("chunk_period_ms")
     unit_samples = _first_int(caps.get("unit_samples"),
                               round(unit_ms * input_rate / 1000) if isinstance(unit_ms, int | float) else None)
+    # Our endpoint says which; every model on vLLM-Omni's is model-native (continuous).
+    declared_mode = caps.get("input_mode")
+    input_mode: Literal["continuous", "turn"] = (
+        "continuous" if declared_mode == "continuous" else "turn" if declared_mode == "turn"
+        else "continuous" if extended else "turn")
     capabilities = DuplexCapabilities(
         plugin_id=str(caps.get("plugin_id") or session.get("model") or model or "remote"),
         input_sample_rate=input_rate,
         unit_samples=unit_samples or input_rate // 10,
         output_sample_rate=_first_int(caps.get("output_sample_rate"), _audio_rate(session, "output")) or 24000,
         max_sessions=max_sessions,
-        # Our endpoint says which; every model on vLLM-Omni's is model-native (continuous).
-        input_mode=str(caps["input_mode"]) if caps.get("input_mode") in ("continuous", "turn")
-        else "continuous" if extended else "turn",
+        input_mode=input_mode,
         input_formats=tuple(caps.get("input_formats") or (input_format,)),
         supports_barge_in=bool(caps.get("supports_barge_in", False)),
         # vLLM-Omni takes playback.ack from every model; ours says so in the capabilities.

@@ -75,8 +75,10 @@ class SessionCore:
         """
         self.epoch += 1
         stale = set(requests)
-        if self.continuous and self.input_request_id is not None and (with_input or self.input_request_id in stale):
-            stale.add(self.drop_input_request())
+        input_request_id = self.input_request_id
+        if self.continuous and input_request_id is not None and (with_input or input_request_id in stale):
+            self.drop_input_request()
+            stale.add(input_request_id)
             self.state.audio_buffer.clear_force_listen()
         return stale
 

@@ -61,6 +61,7 @@ class Conversation(Protocol):
         ``response.cancel`` of a reply whose generation finished is then ``response_not_active``,
         answered in order as vLLM-Omni does, where a call path's cancel would stop that reply in
         our playout."""
+        return None
 
     def use_caller_vad(self, scores: SharedScores) -> None:
         """Optional: take turn detection from the transport's caller VAD (one VAD pass per call).
@@ -68,6 +69,7 @@ class Conversation(Protocol):
         An in-process session reads these scores instead of running the model itself; by
         default the conversation keeps its own turn detection (a remote server does).
         """
+        return None
 
 
 class DuplexBackend(Protocol):
@@ -84,6 +86,7 @@ class DuplexBackend(Protocol):
 
     async def start(self) -> None:
         """Optional: get ready before the first ``open`` (a remote backend learns the model's capabilities here)."""
+        return None
 
     async def open(self) -> Conversation:
         """A new conversation; raises AdmissionError when full or shutting down."""

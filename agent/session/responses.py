@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,7 @@ _TURNS_REMEMBERED = 16
 WatchRequest = Callable[[str, int, "ActiveResponse | None"], None]
 
 
-def realtime_item(item_id: str, role: str, status: str, content: list[dict[str, object]]) -> dict[str, object]:
+def realtime_item(item_id: str, role: str, status: str, content: Sequence[Mapping[str, object]]) -> dict[str, object]:
     """A conversation item as the wire's events carry it (vLLM-Omni's ``realtime.item``)."""
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": role, "status": status,
             "content": content}
@@ -65,7 +65,7 @@ def realtime_item(item_id: str, role: str, status: str, content: list[dict[str, 
 
 def item_text(item: dict[str, Any]) -> str:
     """The words of a client's conversation item: its parts' text (or transcripts), joined."""
-    parts = item.get("content") if isinstance(item.get("content"), list) else []
+    parts = given if isinstance(given := item.get("content"), list) else []
     return " ".join(str(part.get("text") or part.get("transcript") or "") for part in parts
                     if isinstance(part, dict)).strip()
 
@@ -290,7 +290,7 @@ class ResponseManager:
     def item_create(self, command: p.ConversationItemCreate) -> None:
         """A completed item enters history (text turns stay history only: responses come from audio)."""
         item = command.item
-        item_id = item.get("id") if isinstance(item.get("id"), str) else self._core.new_id("item")
+        item_id = given if isinstance(given := item.get("id"), str) else self._core.new_id("item")
         role = str(item.get("role", "user"))
         text = item_text(item)
         previous = self.history[-1].item_id if self.history else None

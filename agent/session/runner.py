@@ -77,7 +77,7 @@ class DuplexSessionRunner(Conversation):
         vad_model: SileroVadModel | None = None,
         session_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        on_close: Callable[[DuplexSessionRunner], None] | None = None,
+        on_close: Callable[[DuplexSessionRunner], object] | None = None,
     ) -> None:
         session_id = session_id or f"sess_{uuid.uuid4().hex[:12]}"
         if "-" in session_id:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,17 +168,19 @@ class StageRouter:
             speed=None,
             modalities=core.config.modalities,
         )
-        for item in core.plugin.data_plane.project(out, context=context):
+        # Wire events: each one's fields are read by its kind, as the data plane wrote them.
+        items: Iterable[dict[str, Any]] = core.plugin.data_plane.project(out, context=context)
+        for item in items:
             kind = item.get("type")
             if kind == "response.output_audio.delta":
                 if item["delta"] is None:
                     continue
                 marks = [TextMark(str(m["text"]), float(m["start_ms"]), float(m["end_ms"]))
-                         for m in item.get("marks", [])]  # type: ignore[union-attr]
-                duration = float(item["audio_ms"])  # type: ignore[arg-type]
+                         for m in item.get("marks", [])]
+                duration = float(item["audio_ms"])
                 start = response.ledger.record_audio(duration, marks)
                 core.emit(p.ResponseAudioDelta(
-                    response.response_id, response.item_id, item["delta"], int(item["sample_rate"]),  # type: ignore[arg-type]
+                    response.response_id, response.item_id, item["delta"], int(item["sample_rate"]),
                     start, duration, [{"text": m.text, "start_ms": m.start_ms + start, "end_ms": m.end_ms + start}
                                       for m in marks],
                 ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
 from duplex_agent.plugins.contract.engine import DuplexEngine
@@ -17,6 +17,9 @@ from duplex_agent.plugins.contract.types import (
     DuplexOutputDecision,
     DuplexSessionConfig,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ class DuplexModelPlugin(ABC):
     data_plane: DuplexDataPlane
     #: The plugin's own settings: a dataclass of ``options.option()`` fields that the worker
     #: turns into flags; None when the plugin has none (see ``contract/options.py``).
-    options_type: type | None = None
+    options_type: type[DataclassInstance] | None = None
 
     def __init__(self, encode_audio: EncodeAudio) -> None:
         # Concrete plugins hand the encoder to their data plane.

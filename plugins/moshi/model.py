@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import numpy as np
 
@@ -28,7 +29,22 @@ from duplex_agent.plugins.moshi.configs import (
 )
 from duplex_agent.plugins.moshi.turns import FloorTracker
 
+if TYPE_CHECKING:  # the moshi extra; without it these are Any
+    from moshi.models.compression import MimiModel
+    from moshi.models.lm import LMModel
+
 log = logging.getLogger("duplex_agent.moshi")
+_T = TypeVar("_T")
+
+
+class MoshiSampling(TypedDict, total=False):
+    """``LMGen``'s sampling settings that a spec may set; the others keep Moshi's defaults."""
+
+    temp: float
+    temp_text: float
+    top_k: int
+    top_k_text: int
+    cfg_coef: float
 
 TINY_TEXT_CARD = 64
 #: Configs whose weights are random unless files are given: the tiny test model and Moshi 7B's shape.
@@ -53,7 +69,7 @@ class MoshiSpec:
     #: Greedy decoding (tests); otherwise Moshi's own sampling defaults.
     greedy: bool = False
     seed: int = 1234
-    sampling: dict[str, float] = field(default_factory=dict)
+    sampling: MoshiSampling = field(default_factory=MoshiSampling)
     #: Let moshi torch.compile its hot functions (CUDA only; the first steps then take minutes).
     compile: bool = False
 
@@ -105,7 +121,7 @@ class MoshiBatch:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, mimi, lm, *, capacity: int, decode_text: Callable[[int], str], greedy: bool = False,
-                 sampling: dict[str, float] | None = None, quiet_frames_to_yield: int = 10,
+                 sampling: MoshiSampling | None = None, quiet_frames_to_yield: int = 10,
                  compile: bool = False) -> None:
         import torch
         from moshi.models.lm import LMGen
@@ -119,7 +135,7 @@ class MoshiBatch:
         self._mimi = mimi
         self._decode_text = decode_text
         # Out-of-sync support: every slot keeps its own offset, so slots join at any frame.
-        self._gen = LMGen(lm, use_sampling=not greedy, support_out_of_sync=True, **(sampling or {}))
+        self._gen = LMGen(lm, use_sampling=not greedy, support_out_of_sync=True, **(sampling or MoshiSampling()))
         self._audio_codebooks = lm.dep_q
         self._streaming = ExitStack()
         self._streaming.enter_context(self._mimi.streaming(capacity))
@@ -176,8 +192,8 @@ class MoshiBatch:
             token = int(text_ids[slot])
             words = token >= 0 and token not in TEXT_PADDING_IDS
             speaking, yielded = self._floor[slot].push(words)
-            text = self._decode_text(token) if words else ""
-            results.append(SlotOutput(audio[slot], token, tuple(int(t) for t in audio_ids[slot]), text, speaking,
+            piece = self._decode_text(token) if words else ""
+            results.append(SlotOutput(audio[slot], token, tuple(int(t) for t in audio_ids[slot]), piece, speaking,
                                       yielded))
         return results
 
@@ -204,8 +220,8 @@ def load_moshi(spec: MoshiSpec, *, capacity: int) -> MoshiBatch:
 
 @dataclass(slots=True)
 class MoshiModels:
-    mimi: object
-    lm: object
+    mimi: MimiModel
+    lm: LMModel
     decode_text: Callable[[int], str]
     spec: MoshiSpec
 
@@ -284,7 +300,7 @@ def _spread_random_codebooks(mimi) -> None:
             module.q_dropout = value
 
 
-def _load(build: Callable[[], object], what: str, path: object) -> object:
+def _load(build: Callable[[], _T], what: str, path: object) -> _T:
     try:
         return build()
     except ModelStartError:
@@ -302,7 +318,7 @@ def _text_decoder(tokenizer_path) -> Callable[[int], str]:
     import sentencepiece
 
     try:
-        processor = sentencepiece.SentencePieceProcessor(str(tokenizer_path))  # type: ignore[call-arg]
+        processor = sentencepiece.SentencePieceProcessor(str(tokenizer_path))
     except Exception as exc:
         raise ModelStartError(f"text tokenizer {tokenizer_path} cannot be read: {exc}") from exc
-    return lambda token: processor.id_to_piece(token).replace("\u2581", " ")  # type: ignore[attr-defined]
+    return lambda token: processor.id_to_piece(token).replace("\u2581", " ")

@@ -65,7 +65,7 @@ class SpeculativeTranscript:
             # Only quiet audio followed it, so it holds the rest of the turn's words.
             parts.append(await self._speculation)
         elif self._speech:
-            if self._busy():
+            if self._running is not None and not self._running.done():  # busy
                 await asyncio.wait([self._running])  # a dropped guess still holds the pool
             parts.append(await self._start(self._chunks))
         return " ".join(part for part in parts if part)

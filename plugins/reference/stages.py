@@ -50,7 +50,7 @@ class RecognizerStage(PythonStage):
         async for payload in request.inputs():
             assert isinstance(payload, dict)
             instructions = str(payload.get("instructions", instructions))
-            transcript.add(np.frombuffer(payload["audio"], dtype="<f4"))  # type: ignore[arg-type]
+            transcript.add(np.frombuffer(payload["audio"], dtype="<f4"))
         started = time.monotonic()
         text = await transcript.text()
         waited_ms = 1000.0 * (time.monotonic() - started)

@@ -200,6 +200,7 @@ class ReceiveBuffer:
                 self._restart()
                 self._start(rtp, arrival)
 
+        assert self._cursor is not None  # set by _start
         if rtp < self._cursor:
             if rtp <= self._highest:  # overtaken by a later packet, and its place was filled: too late
                 self.counts.late += 1

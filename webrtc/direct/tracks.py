@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 import av
 import numpy as np
@@ -205,7 +206,8 @@ class CallerAudioReader:
         except av.FFmpegError as exc:  # keep the decoder's state: the next frame decodes
             logger.debug("caller audio frame failed to decode: %s", exc)
             return
-        for frame in frames:
+        # An audio codec's decoder; aiortc's Decoder.decode is typed for any media (list[av.frame.Frame]).
+        for frame in cast(list[av.AudioFrame], frames):
             try:
                 self._sink(frame_to_mono_f32(frame), frame.sample_rate)
             except Exception:

@@ -162,6 +162,7 @@ class FfiRouter:
         """
         if not room.isconnected():
             raise RuntimeError("only a connected room's events can be routed")
+        assert room._ffi_handle is not None  # a connected room holds its handle
         room_handle = room._ffi_handle.handle
         participant_handle = room.local_participant._ffi_handle.handle
         target = (self._inbox(room._loop), room._ffi_queue)

@@ -173,10 +173,11 @@ def _local_port(request: web.Request) -> int | None:
 
 
 def _answered_pc_id(response: web.StreamResponse) -> str | None:
-    if response.status != 200 or not isinstance(response, web.Response) or response.body is None:
+    body = response.body if isinstance(response, web.Response) else None
+    if response.status != 200 or not isinstance(body, bytes | bytearray):  # None, or a streamed Payload
         return None
     try:
-        pc_id = json.loads(response.body).get("pc_id")
+        pc_id = json.loads(body).get("pc_id")
     except (ValueError, TypeError, AttributeError):
         return None
     return pc_id if isinstance(pc_id, str) else None
