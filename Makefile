@@ -15,7 +15,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test test-fast lint typecheck bench install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev test suite test-fast lint typecheck bench install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -99,8 +99,11 @@ livekit-dev: install
 
 # The whole suite runs as three pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.
+# Lint and types run beside the suite, not before it: a cold mypy takes most of a minute.
 test: install-dev install-moshi omni-venv system-deps
-	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory -j2 lint suite
+
+suite:
 	HF_HUB_OFFLINE=1 $(BIN)/python -m $(if $(PYTEST_ARGS),pytest -q $(PYTEST_ARGS),devtools.split_suite -q)
 
 # The fast tier alone, for the inner loop: every test not in the real-peer tier (tests/conftest.py).
