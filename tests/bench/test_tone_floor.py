@@ -11,7 +11,8 @@ from bench.echo_peer import ONSET_RMS, TONE_MS, build_app
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.integration.conftest import Microphone
 from tests.support.audio import tone
-from tests.webrtc.client_peer import ClientPeer, wait_for
+from tests.support.waits import until
+from tests.webrtc.client_peer import ClientPeer
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +39,13 @@ async def test_the_floor_answers_after_the_callers_silence_and_stops_at_their_ne
     caller = ClientPeer(address, mic.next_frame)
     try:
         await caller.connect(http)
-        await wait_for(lambda: len(caller.received) > 10, 20, "the floor's track")
+        await until(lambda: len(caller.received) > 10, 20, "the floor's track")
         assert not any(_loud(f) for f in caller.received), "a tone before the caller said anything"
         mic.say(tone(400, hz=200.0, rate=48000))  # the caller's turn
-        await wait_for(lambda: any(_loud(f) for f in caller.received), 20, "the floor's tone reply")
+        await until(lambda: any(_loud(f) for f in caller.received), 20, "the floor's tone reply")
         first_loud = next(i for i, f in enumerate(caller.received) if _loud(f))
         # Heard a little of the tone (well under its 1 s), the caller speaks again: the tone stops.
-        await wait_for(lambda: sum(_loud(f) for f in caller.received[first_loud:]) >= 10, 20, "200 ms of tone")
+        await until(lambda: sum(_loud(f) for f in caller.received[first_loud:]) >= 10, 20, "200 ms of tone")
         mic.say(tone(400, hz=250.0, rate=48000))
         cut_at = len(caller.received)
 
@@ -52,12 +53,12 @@ async def test_the_floor_answers_after_the_callers_silence_and_stops_at_their_ne
             tail = caller.received[cut_at:]
             return len(tail) > frames and not any(_loud(f) for f in tail[-frames:])
 
-        await wait_for(lambda: quiet_for(10), 20, "the tone cut by the caller's sound")
+        await until(lambda: quiet_for(10), 20, "the tone cut by the caller's sound")
         heard = sum(_loud(f) for f in caller.received[first_loud:])
         assert heard * 20 < TONE_MS - 200, f"{heard * 20} ms of tone heard: it played out instead of stopping"
         # ... and after that turn's silence, the floor answers again.
         answered_at = len(caller.received)
-        await wait_for(lambda: any(_loud(f) for f in caller.received[answered_at:]), 20, "a second tone reply")
+        await until(lambda: any(_loud(f) for f in caller.received[answered_at:]), 20, "a second tone reply")
     finally:
         await caller.close()
 

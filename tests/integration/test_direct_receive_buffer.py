@@ -12,7 +12,8 @@ from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 from tests.integration.conftest import Microphone
 from tests.integration.test_direct_webrtc import QUESTION, _done
-from tests.webrtc.client_peer import ClientPeer, wait_for
+from tests.support.waits import until
+from tests.webrtc.client_peer import ClientPeer
 
 #: Every this many packets one is never sent (its RTP time is skipped): 1 in 12, about 8 %.
 LOSE_EVERY = 12
@@ -43,12 +44,12 @@ async def test_a_caller_losing_packets_is_heard_through_fec_and_gets_its_reply(r
     peer.pc.getSenders()[0].replaceTrack(track)
     try:
         await peer.connect(http)
-        await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
-        await wait_for(lambda: peer.received, 30, "the agent's track to flow")
+        await until(lambda: backend.active_sessions == 1, 10, "the session to open")
+        await until(lambda: peer.received, 30, "the agent's track to flow")
         reader = http.server.app[WEBRTC_PEERS].sessions[peer.pc_id].caller_reader
         assert isinstance(reader, AdaptiveCallerAudioReader)  # the default path serves the call
         mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1500))
-        await wait_for(lambda: _done(peer, "completed"), 90, "the reply")
+        await until(lambda: _done(peer, "completed"), 90, "the reply")
         user = [m for m in peer.messages if m.get("type") == "conversation.item.input_audio_transcription.completed"]
         assert user and {"table", "two", "tonight"} <= set(words(user[0]["transcript"])), user
         reply = [m for m in peer.messages if m.get("type") == "response.output_audio_transcript.done"]
@@ -62,4 +63,4 @@ async def test_a_caller_losing_packets_is_heard_through_fec_and_gets_its_reply(r
         assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
     finally:
         await peer.close()
-    await wait_for(lambda: backend.active_sessions == 0, 10, "the worker to free the session")
+    await until(lambda: backend.active_sessions == 0, 10, "the worker to free the session")

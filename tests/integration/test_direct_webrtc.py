@@ -7,7 +7,8 @@ import numpy as np
 from devtools.speech import speak, transcribe, words
 from duplex_agent.agent.session.ledger import text_heard_by
 from tests.integration.conftest import Microphone
-from tests.webrtc.client_peer import ClientPeer, wait_for
+from tests.support.waits import until
+from tests.webrtc.client_peer import ClientPeer
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
@@ -29,9 +30,9 @@ async def _until_played(peer: ClientPeer, since: int, timeout: float = 60) -> No
             return len(peer.received)
         return None
 
-    await wait_for(lambda: played_at() is not None, timeout, "the reply to play out")
+    await until(lambda: played_at() is not None, timeout, "the reply to play out")
     heard = len(peer.received)
-    await wait_for(lambda: len(peer.received) >= heard + TAIL_FRAMES, timeout, "the reply's last frames")
+    await until(lambda: len(peer.received) >= heard + TAIL_FRAMES, timeout, "the reply's last frames")
 
 
 def _done(peer: ClientPeer, status: str) -> list[dict]:
@@ -44,11 +45,11 @@ async def test_caller_hears_a_spoken_reply(reference_worker):
     peer = ClientPeer(address, mic.next_frame)
     try:
         await peer.connect(http)
-        await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
-        await wait_for(lambda: peer.received, 30, "the agent's track to flow")
+        await until(lambda: backend.active_sessions == 1, 10, "the session to open")
+        await until(lambda: peer.received, 30, "the agent's track to flow")
         since = len(peer.messages)
         mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1500))
-        await wait_for(lambda: _done(peer, "completed"), 60, "the reply")
+        await until(lambda: _done(peer, "completed"), 60, "the reply")
         await _until_played(peer, since)
         heard = np.concatenate(peer.received)
         said = words(transcribe(heard, 48000))
@@ -58,7 +59,7 @@ async def test_caller_hears_a_spoken_reply(reference_worker):
         assert user and "table" in words(user[0]["transcript"])
     finally:
         await peer.close()
-    await wait_for(lambda: backend.active_sessions == 0, 10, "the worker to free the session")
+    await until(lambda: backend.active_sessions == 0, 10, "the worker to free the session")
 
 
 async def test_talking_over_the_agent_stops_it_and_history_keeps_what_was_played(reference_worker):
@@ -67,16 +68,16 @@ async def test_talking_over_the_agent_stops_it_and_history_keeps_what_was_played
     peer = ClientPeer(address, mic.next_frame)
     try:
         await peer.connect(http)
-        await wait_for(lambda: backend.active_sessions == 1, 10, "the session to open")
+        await until(lambda: backend.active_sessions == 1, 10, "the session to open")
         runner = backend.runners[0]
         mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
-        await wait_for(lambda: peer.loud_frames() > 60, 40, "1.2 s of the agent's reply")
+        await until(lambda: peer.loud_frames() > 60, 40, "1.2 s of the agent's reply")
         interrupted_at = len(peer.received)
         mic.say(speak("Wait, stop please.", 48000, after_ms=100))
         # Cancelled while generating, or cut off while its last words were still playing.
-        await wait_for(lambda: _done(peer, "cancelled") or "output_audio_buffer.cleared" in peer.message_types(),
+        await until(lambda: _done(peer, "cancelled") or "output_audio_buffer.cleared" in peer.message_types(),
                        10, "the reply to be cut off")
-        await wait_for(lambda: not mic.busy, 10, "the interruption to be sent")
+        await until(lambda: not mic.busy, 10, "the interruption to be sent")
         # The agent went quiet: from 0.4 s after the interruption began until it ended, silence.
         quiet_from = interrupted_at + 20
         tail = peer.received[quiet_from:]
@@ -91,7 +92,7 @@ async def test_talking_over_the_agent_stops_it_and_history_keeps_what_was_played
         kept, full = words(item.heard_text), words(ledger.full_text())
         assert kept and kept == full[: len(kept)] and len(kept) < len(full)
         # The model's own context gets the heard text at the next turn.
-        await wait_for(lambda: any(h["role"] == "assistant" and h["content"] == item.heard_text
+        await until(lambda: any(h["role"] == "assistant" and h["content"] == item.heard_text
                                    for h in plugin.context(runner.session_id).history),
                        30, "the next turn to commit the heard reply")
         context = [h["content"] for h in plugin.context(runner.session_id).history if h["role"] == "assistant"]

@@ -13,7 +13,7 @@ from devtools.speech import speak, transcribe
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from tests.integration.conftest import Microphone
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 #: Quiet frames (10 ms each) a caller waits for after the agent says it stopped speaking: the
 #: last of its reply is still on its way through the SFU and the caller's jitter buffer, and
@@ -156,19 +156,19 @@ class LiveKitCaller:
         start, replies, fed = len(self.received), len(self.agent_replies()), self.frames_fed
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
         try:
-            await wait_for(lambda: self.microphone_live() and len(self.agent_replies()) > replies, timeout,
+            await until(lambda: self.microphone_live() and len(self.agent_replies()) > replies, timeout,
                            "the agent's reply")
         except AssertionError as exc:  # where it stopped: the microphone, the agent's audio, its states
             raise AssertionError(f"{exc}: {self.frames_fed - fed} microphone frames sent since, "
                                  f"{self.loud_frames(start)} loud frames heard, states {self.state_log[-6:]}") from None
         while True:
             try:
-                await wait_for(lambda: self.listening_after_speaking(start) is not None, timeout,
+                await until(lambda: self.listening_after_speaking(start) is not None, timeout,
                                "the agent to finish speaking")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}: states {self.state_log}") from None
             stopped = self.listening_after_speaking(start)
-            await wait_for(lambda: len(self.received) >= stopped + TAIL_FRAMES  # noqa: B023 (called within this iteration)
+            await until(lambda: len(self.received) >= stopped + TAIL_FRAMES  # noqa: B023 (called within this iteration)
                            and not self.loud_frames(len(self.received) - TAIL_FRAMES), timeout,
                            "the reply's last frames")
             if self.listening_after_speaking(start) == stopped:

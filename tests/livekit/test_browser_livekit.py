@@ -21,8 +21,8 @@ from devtools.speech import speak, write_wav
 from duplex_agent.frontend import livekit_client_path, register_frontend_routes
 from duplex_agent.webrtc.livekit.tokens import register_livekit_token_routes
 from tests.livekit.conftest import AGENT_NAME
+from tests.support.waits import until
 from tests.webrtc.browser import Browser, chromium_missing_reason
-from tests.webrtc.client_peer import wait_for
 
 QUESTION = "Please book a table for two people tonight."
 
@@ -176,7 +176,7 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
         await _in_thread(browser.click, "connect")
         await _in_thread(browser.wait_for_text, "connect", "Disconnect", 30)
         # The token's room configuration dispatched the worker to the room.
-        await wait_for(lambda: any(d.room == "browser-call" and d.agent_name == AGENT_NAME
+        await until(lambda: any(d.room == "browser-call" and d.agent_name == AGENT_NAME
                                    for d in livekit_server.dispatches.values()), 10, "the dispatch")
         await _in_thread(browser.wait_for_text, "status", "Connected", 30)
         await _in_thread(browser.wait_for_text, "agent-state", "listening", 30)
@@ -207,7 +207,7 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
 
         await _in_thread(browser.click, "connect")  # disconnect
         await _in_thread(browser.wait_for_text, "connect", "Connect", 10)
-        await wait_for(lambda: not any(identity.startswith("caller-") for identity in _participants(
+        await until(lambda: not any(identity.startswith("caller-") for identity in _participants(
             livekit_server, "browser-call")), 15, "the page to leave the room")
     except BaseException:
         print("--- page console ---\n" + await _in_thread(_console, browser))

@@ -10,7 +10,7 @@ from livekit import rtc
 from livekit.rtc._ffi_client import FfiClient
 
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -65,7 +65,7 @@ async def test_a_routed_room_wakes_only_for_its_own_events_and_still_works(livek
         if i % 10 == 0:
             await busy.local_participant.set_attributes({"lk.agent.state": f"speaking-{i}"})
     # The room as the SDK ships it woke for those: the signal that they reached this process.
-    await wait_for(lambda: "capture_audio_frame" in seen_as_shipped.kinds
+    await until(lambda: "capture_audio_frame" in seen_as_shipped.kinds
                    and "other room's room_event" in seen_as_shipped.kinds, 10, "the other call's events")
     assert seen_routed.foreign() == []
 

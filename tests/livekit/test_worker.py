@@ -13,7 +13,7 @@ from livekit.protocol import agent as agent_pb
 from devtools.speech import speak, vocal_burst, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
@@ -35,8 +35,8 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     await caller.join()
     dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
     assert dispatch.state == "assigned"
-    await wait_for(lambda: _agent_identity(livekit_server, room) is not None, 30, "the agent to join")
-    await wait_for(lambda: "listening" in caller.agent_states, 30, "the agent's state")
+    await until(lambda: _agent_identity(livekit_server, room) is not None, 30, "the agent to join")
+    await until(lambda: "listening" in caller.agent_states, 30, "the agent's state")
     agent = _agent_identity(livekit_server, room)
 
     # One exchange: the caller's words and the agent's spoken echo.
@@ -53,10 +53,10 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     # and goes on; then talk over it: the agent stops.
     caller.mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
     before = len(caller.received)
-    await wait_for(lambda: caller.loud_frames(before) > 100, 40, "1 s of the agent's long reply")
+    await until(lambda: caller.loud_frames(before) > 100, 40, "1 s of the agent's long reply")
     caller.mic.say(np.concatenate([vocal_burst(48.0), np.zeros(48000, np.float32), vocal_burst(48.0)]))
     burst_at = len(caller.received)
-    await wait_for(lambda: caller.loud_frames(burst_at) > 150, 40, "the long reply to go on over the grunts")
+    await until(lambda: caller.loud_frames(burst_at) > 150, 40, "the long reply to go on over the grunts")
     cut = len(caller.received)
     long_reply = words("You said: " + LONG)
 
@@ -69,7 +69,7 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
                 and t.attributes.get("lk.segment_id") != segment_of_long_reply()]
 
     caller.mic.say(speak("Wait, stop please.", 48000, after_ms=1200))
-    await wait_for(lambda: answers(), 30, "the agent to answer the interruption")
+    await until(lambda: answers(), 30, "the agent to answer the interruption")
     # From the interruption to the agent's next answer (over 1.5 s: the caller's words and
     # the silence window) the old reply, left alone, would fill most frames; stopped, it fills
     # only the way there and back through the loopback SFU.
@@ -87,7 +87,7 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     # The caller leaves: the worker ends the session and the job.
     job_id = dispatch.job_id
     await caller.leave()
-    await wait_for(lambda: livekit_server.jobs[job_id].status in (agent_pb.JobStatus.JS_SUCCESS, agent_pb.JobStatus.JS_FAILED)
+    await until(lambda: livekit_server.jobs[job_id].status in (agent_pb.JobStatus.JS_SUCCESS, agent_pb.JobStatus.JS_FAILED)
                    or livekit_server.jobs[job_id].terminated, 30, "the job to end")
     figures = re.search(r"call figures: .*'barge_ins': (\d+), 'false_pauses': (\d+)", worker.log())
     assert figures, worker.log()[-2000:]
@@ -102,19 +102,19 @@ async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):
         "sip_+15550100", room, kind="sip", attributes={"sip.phoneNumber": "+15550100"}))
     await caller.join()
     dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
-    await wait_for(lambda: "listening" in caller.agent_states, 40, "the agent")
+    await until(lambda: "listening" in caller.agent_states, 40, "the agent")
     agent = _agent_identity(livekit_server, room)
 
     # Telephone audio: band-limited to 8 kHz, carried in a 48 kHz track.
     narrow = soxr.resample(soxr.resample(speak(QUESTION, 48000), 48000, 8000), 8000, 48000).astype(np.float32)
     caller.mic.say(np.concatenate([np.zeros(14400, np.float32), narrow, np.zeros(57600, np.float32)]))
-    await wait_for(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's reply")
+    await until(lambda: any(t.sender == agent and t.final for t in caller.transcripts), 40, "the agent's reply")
     user = [t for t in caller.transcripts if t.sender == "sip_+15550100"]
     assert user and "table" in words(user[0].text)
 
     # Quiet, the agent's voice goes out as DTX, as behind LiveKit: once the reply's tail and the
     # encoder's hangover are sent, a packet in 200-400 ms, not every 20 ms.
-    await wait_for(lambda: caller.agent_states[-1:] == ["listening"], 30, "the agent to be quiet")
+    await until(lambda: caller.agent_states[-1:] == ["listening"], 30, "the agent to be quiet")
     agent_track = next(iter(livekit_server.rooms[room].participants[agent].tracks))
 
     def agent_packets_ns(since_ns: int) -> list[int]:
@@ -126,18 +126,18 @@ async def test_sip_caller_with_dtmf_and_hang_up(livekit_server, ready_worker):
         arrivals = agent_packets_ns(quiet_ns)
         return any(later - earlier >= 100_000_000 for earlier, later in zip(arrivals, arrivals[1:]))
 
-    await wait_for(dtx_began, 10, "a 100 ms gap in the agent's packets (DTX)")
+    await until(dtx_began, 10, "a 100 ms gap in the agent's packets (DTX)")
     heard, since_ns = len(caller.received), time.perf_counter_ns()
-    await wait_for(lambda: len(caller.received) >= heard + 200, 30, "2 s more of the agent's track")
+    await until(lambda: len(caller.received) >= heard + 200, 30, "2 s more of the agent's track")
     sent = agent_packets_ns(since_ns)
     assert caller.agent_states[-1] == "listening" and len(sent) <= 20, (caller.agent_states, len(sent))
 
     for code, digit in ((1, "1"), (2, "2"), (11, "#")):
         await caller.room.local_participant.publish_dtmf(code=code, digit=digit)
-    await wait_for(lambda: worker.log().count("DTMF") >= 3, 15, "the digits to reach the session")
+    await until(lambda: worker.log().count("DTMF") >= 3, 15, "the digits to reach the session")
     assert "DTMF 1" in worker.log() and "DTMF #" in worker.log()
 
     await caller.leave()  # hang up
-    await wait_for(lambda: livekit_server.jobs[dispatch.job_id].status != agent_pb.JobStatus.JS_RUNNING
+    await until(lambda: livekit_server.jobs[dispatch.job_id].status != agent_pb.JobStatus.JS_RUNNING
                    or livekit_server.jobs[dispatch.job_id].terminated, 30, "the job to end")
-    await wait_for(lambda: "ends after 1 session" in worker.log(), 30, "the session to be freed")
+    await until(lambda: "ends after 1 session" in worker.log(), 30, "the session to be freed")

@@ -10,7 +10,7 @@ import signal
 from devtools.speech import words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 
 async def _in_a_call(livekit_server, worker, room: str = "call") -> tuple[LiveKitCaller, str]:
@@ -18,7 +18,7 @@ async def _in_a_call(livekit_server, worker, room: str = "call") -> tuple[LiveKi
     await caller.join()
     dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
     assert dispatch.state == "assigned"
-    await wait_for(lambda: "serving alice" in worker.log(), 60, "the agent to take the call")
+    await until(lambda: "serving alice" in worker.log(), 60, "the agent to take the call")
     return caller, livekit_server.jobs[dispatch.job_id].worker_id
 
 
@@ -29,7 +29,7 @@ async def test_sigterm_drains_the_live_call_goes_on_until_the_caller_hangs_up(li
 
     worker.signal(signal.SIGTERM)
     # The server sees the worker unavailable and does not dispatch to it.
-    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report draining")
+    await until(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report draining")
     refused = await livekit_server.create_dispatch("another-room", AGENT_NAME)
     assert refused.state == "no_worker" and (worker_id, "full") in refused.skipped
 
@@ -49,7 +49,7 @@ async def test_sigint_at_the_drain_timeout_closes_the_call_with_reason_shutdown(
     caller, _ = await _in_a_call(livekit_server, worker)
     worker.signal(signal.SIGINT)
     # The caller stays: at the drain timeout the session closes and the agent leaves the room.
-    await wait_for(lambda: caller.agent_left, 60, "the agent to leave the room")
+    await until(lambda: caller.agent_left, 60, "the agent to leave the room")
     assert await worker.exited(timeout=60) == 0
     assert "closed (shutdown)" in worker.log()
     await caller.leave()
@@ -59,7 +59,7 @@ async def test_a_second_signal_exits_at_once(livekit_server, ready_worker):
     worker = await ready_worker(plugin="scripted", drain_timeout=120)
     caller, worker_id = await _in_a_call(livekit_server, worker)
     worker.signal(signal.SIGTERM)
-    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to drain")
+    await until(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to drain")
     worker.signal(signal.SIGTERM)
     assert await worker.exited(timeout=20) == 128 + signal.SIGTERM  # the live call did not hold it
     await caller.leave()

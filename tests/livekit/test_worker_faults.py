@@ -12,7 +12,7 @@ from livekit import rtc
 from devtools.speech import speak, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME, REPO
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
@@ -32,7 +32,7 @@ def _agent_replies(caller: LiveKitCaller) -> list[str]:
 async def _exchange(caller: LiveKitCaller, text: str = QUESTION) -> str:
     before = len(_agent_replies(caller))
     caller.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
-    await wait_for(lambda: len(_agent_replies(caller)) > before, 40, "the agent's reply")
+    await until(lambda: len(_agent_replies(caller)) > before, 40, "the agent's reply")
     return _agent_replies(caller)[before]
 
 
@@ -42,9 +42,9 @@ async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_
     await first.publish_microphone()
     dispatch_a = await livekit_server.create_dispatch("room-a", AGENT_NAME)
     assert dispatch_a.state == "assigned"
-    await wait_for(lambda: "listening" in first.agent_states, 40, "the first session")
+    await until(lambda: "listening" in first.agent_states, 40, "the first session")
     worker_id = livekit_server.jobs[dispatch_a.job_id].worker_id
-    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
+    await until(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
     assert livekit_server.workers[worker_id].load >= 1.0
 
     dispatch_b = await livekit_server.create_dispatch("room-b", AGENT_NAME)
@@ -53,7 +53,7 @@ async def test_worker_at_capacity_reports_full_and_is_not_dispatched_to(livekit_
 
     # When the first caller leaves, the worker is available again and takes the waiting room.
     await first.leave()
-    await wait_for(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
+    await until(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
 
 
 FOUR = {  # what each caller says, and words that mark it (and so its echoed reply)
@@ -71,7 +71,7 @@ async def test_four_jobs_talk_at_once_each_caller_hears_its_own_reply(livekit_se
         await caller.publish_microphone()
     dispatches = await asyncio.gather(*(livekit_server.create_dispatch(f"room-{name}", AGENT_NAME) for name in FOUR))
     assert [d.state for d in dispatches] == ["assigned"] * 4
-    await wait_for(lambda: all("listening" in c.agent_states for c in callers.values()), 60, "four agents")
+    await until(lambda: all("listening" in c.agent_states for c in callers.values()), 60, "four agents")
 
     # Four live calls in one worker; the callers take turns to speak, so that the reference model's
     # CPU bursts (Whisper, Piper) do not starve the test process (the loopback SFU and four aiortc
@@ -95,13 +95,13 @@ async def test_odd_callers_and_a_closing_room(livekit_server, ready_worker):
     dispatch = await livekit_server.create_dispatch("room-1", AGENT_NAME)
     assert dispatch.state == "assigned"
     # The call has started (its state is out) and looked for a caller with a microphone.
-    await wait_for(lambda: "listening" in silent.agent_states, 40, "the agent to join")
+    await until(lambda: "listening" in silent.agent_states, 40, "the agent to join")
     assert "serving bob" not in worker.log()
 
     # Once bob publishes a microphone and a second audio track (screen-share audio),
     # only the microphone is heard.
     await silent.publish_microphone()
-    await wait_for(lambda: "serving bob" in worker.log(), 20, "bob to be served")
+    await until(lambda: "serving bob" in worker.log(), 20, "bob to be served")
     other = rtc.AudioSource(48000, 1)
     await silent.room.local_participant.publish_track(
         rtc.LocalAudioTrack.create_audio_track("screen-audio", other),
@@ -115,18 +115,18 @@ async def test_odd_callers_and_a_closing_room(livekit_server, ready_worker):
 
     # The caller drops and comes back with the same identity: served again.
     await silent.leave()
-    await wait_for(lambda: "caller bob left" in worker.log(), 20, "the worker to see bob leave")
+    await until(lambda: "caller bob left" in worker.log(), 20, "the worker to see bob leave")
     again = await _caller(livekit_server, "bob", "room-1")
     await again.publish_microphone()
-    await wait_for(lambda: worker.log().count("serving bob") >= 2, 30, "bob to be served again")
+    await until(lambda: worker.log().count("serving bob") >= 2, 30, "bob to be served again")
     assert "table" in words(await _exchange(again))
 
     # The room closes while the agent is talking: the job ends and its session is freed.
     again.mic.say(speak(LONG, 48000, before_ms=300, after_ms=1200))
-    await wait_for(lambda: again.agent_states[-1:] == ["speaking"], 40, "the agent to talk")
+    await until(lambda: again.agent_states[-1:] == ["speaking"], 40, "the agent to talk")
     await livekit_server.close_room("room-1")
-    await wait_for(lambda: "ends after 2 session(s)" in worker.log(), 30, "the job to end")
-    await wait_for(lambda: all(w.load == 0 for w in livekit_server.workers.values()), 30, "the load to drop")
+    await until(lambda: "ends after 2 session(s)" in worker.log(), 30, "the job to end")
+    await until(lambda: all(w.load == 0 for w in livekit_server.workers.values()), 30, "the load to drop")
 
     # And the worker keeps serving.
     fresh = await _caller(livekit_server, "carol", "room-2")
@@ -146,10 +146,10 @@ async def test_bad_credentials_are_refused_with_a_clear_message(livekit_server, 
     assert "missing LiveKit credentials" in missing.stderr and "LIVEKIT_API_SECRET" in missing.stderr
 
     wrong = await start_worker(secret="not-the-secret-of-this-server-at-all")
-    await wait_for(lambda: "failed to connect" in wrong.log(), 30, "the refusal to show")
+    await until(lambda: "failed to connect" in wrong.log(), 30, "the refusal to show")
     assert not livekit_server.workers
 
     unreachable = await start_worker(url="ws://127.0.0.1:9")
-    await wait_for(lambda: unreachable.log().count("retrying in") >= 2, 30, "retries with backoff")
+    await until(lambda: unreachable.log().count("retrying in") >= 2, 30, "retries with backoff")
     assert "ws://127.0.0.1:9" in unreachable.log()
 

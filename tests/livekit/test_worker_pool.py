@@ -13,7 +13,7 @@ import time
 from devtools.speech import speak
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 #: Seconds a call with no backend left keeps looking for one (``--backend-lost-grace``).
 LOST_GRACE_S = 4.0
@@ -55,25 +55,25 @@ async def test_a_call_whose_only_backend_dies_gets_a_typed_error_then_ends_after
     alice = await _caller(livekit_server, "alice", "room-lost")
     events = EventsListener(alice)
     assert (await livekit_server.create_dispatch("room-lost", AGENT_NAME)).state == "assigned"
-    await wait_for(lambda: "listening" in alice.agent_states, 40, "the agent")
+    await until(lambda: "listening" in alice.agent_states, 40, "the agent")
     await backend.until_sessions(1)
 
     # Mid-reply: the agent is speaking when its only backend is SIGKILLed.
     alice.mic.say(speak("Tell me a long story please.", 48000, before_ms=300, after_ms=1200))
-    await wait_for(lambda: "speaking" in alice.agent_states, 60, "the agent's reply")
+    await until(lambda: "speaking" in alice.agent_states, 60, "the agent's reply")
     backend.process.kill()
     backend.process.wait(10)
 
-    await wait_for(lambda: events.first("error") is not None, 40, "the typed error in the room")
+    await until(lambda: events.first("error") is not None, 40, "the typed error in the room")
     error_at, error = events.first("error")
     assert error["error"]["code"] == "backend_unavailable", events.events
-    await wait_for(lambda: events.first("session.closed") is not None, 40, "the call's end")
+    await until(lambda: events.first("session.closed") is not None, 40, "the call's end")
     closed_at, closed = events.first("session.closed")
     assert closed["reason"] == "backend_lost", events.events
     # The call looked for another backend for the whole grace before it gave up (a lower bound only).
     assert closed_at - error_at >= 0.75 * LOST_GRACE_S, (closed_at - error_at, events.events)
     # Then the agent left the room, and the worker logged the call's end with its reason.
-    await wait_for(lambda: alice.agent_left, 30, "the agent to leave the room")
+    await until(lambda: alice.agent_left, 30, "the agent to leave the room")
     assert "closed (backend_lost)" in worker.log()
     assert "Traceback" not in worker.log()
     await alice.leave()
@@ -90,13 +90,13 @@ async def test_two_callers_go_to_two_backends_by_capacity_and_a_full_pool_report
     first = await livekit_server.create_dispatch("room-a", AGENT_NAME)
     assert first.state == "assigned"
     worker_id = livekit_server.jobs[first.job_id].worker_id
-    await wait_for(lambda: "listening" in alice.agent_states, 40, "alice's agent")
+    await until(lambda: "listening" in alice.agent_states, 40, "alice's agent")
     # The worker's load is its pool's free capacity: one of the two backend sessions is taken
     # (its three local slots would say 1/3) once the pool has read that backend's /healthz.
-    await wait_for(lambda: livekit_server.workers[worker_id].load > 0.6, 20, "the load to count alice's backend")
+    await until(lambda: livekit_server.workers[worker_id].load > 0.6, 20, "the load to count alice's backend")
     second = await livekit_server.create_dispatch("room-b", AGENT_NAME)
     assert second.state == "assigned"
-    await wait_for(lambda: "listening" in bob.agent_states, 40, "bob's agent")
+    await until(lambda: "listening" in bob.agent_states, 40, "bob's agent")
     # One session on each backend, as each backend's own /healthz counts them.
     await first_backend.until_sessions(1)
     await second_backend.until_sessions(1)
@@ -105,7 +105,7 @@ async def test_two_callers_go_to_two_backends_by_capacity_and_a_full_pool_report
 
     # Both backends are full: the worker, with a slot of its own left, reports full and is skipped;
     # the third room's job is not taken (so no refusal reaches anyone).
-    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
+    await until(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
     assert livekit_server.workers[worker_id].load >= 1.0
     carol = await _caller(livekit_server, "carol", "room-c")
     waiting = await livekit_server.create_dispatch("room-c", AGENT_NAME)
@@ -113,8 +113,8 @@ async def test_two_callers_go_to_two_backends_by_capacity_and_a_full_pool_report
 
     # A backend's slot frees: the worker takes the waiting room, and carol's call goes there.
     await alice.leave()
-    await wait_for(lambda: waiting.state == "assigned", 40, "the waiting dispatch to be served")
-    await wait_for(lambda: "listening" in carol.agent_states, 40, "carol's agent")
+    await until(lambda: waiting.state == "assigned", 40, "the waiting dispatch to be served")
+    await until(lambda: "listening" in carol.agent_states, 40, "carol's agent")
     await first_backend.until_sessions(1)
     await second_backend.until_sessions(1)
     await asyncio.gather(bob.leave(), carol.leave())
@@ -127,13 +127,13 @@ async def test_a_worker_that_dies_mid_call_drops_it_and_the_backend_frees_its_se
     alice = await _caller(livekit_server, "alice", "room-dies")
     events = EventsListener(alice)
     assert (await livekit_server.create_dispatch("room-dies", AGENT_NAME)).state == "assigned"
-    await wait_for(lambda: "listening" in alice.agent_states, 40, "the agent")
+    await until(lambda: "listening" in alice.agent_states, 40, "the agent")
     await backend.until_sessions(1)
 
     worker.process.kill()
     worker.process.wait(10)
     # The caller sees the agent leave the room; nothing typed can reach it (its sender is gone).
-    await wait_for(lambda: alice.agent_left, 60, "the dead worker's agent to leave the room")
+    await until(lambda: alice.agent_left, 60, "the dead worker's agent to leave the room")
     assert events.events == []
     # The backend kept the session for a resume that never comes, then freed its slot.
     await backend.until_sessions(0, timeout=60)

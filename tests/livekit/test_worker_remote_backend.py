@@ -10,7 +10,7 @@ import asyncio
 from devtools.speech import speak, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family and our two dogs.")
@@ -31,7 +31,7 @@ async def test_two_callers_at_once_each_hear_their_own_reply_through_the_remote_
     dispatches = await asyncio.gather(*(livekit_server.create_dispatch(room, AGENT_NAME)
                                         for room in ("room-alice", "room-bob")))
     assert [d.state for d in dispatches] == ["assigned", "assigned"]
-    await wait_for(lambda: "listening" in alice.agent_states and "listening" in bob.agent_states, 40,
+    await until(lambda: "listening" in alice.agent_states and "listening" in bob.agent_states, 40,
                    "both agents")
 
     # Both talk at once; each hears the echo of their own words and none of the other's.
@@ -54,7 +54,7 @@ async def test_two_callers_at_once_each_hear_their_own_reply_through_the_remote_
     def long_reply():  # its full transcript: the whole reply is generated (and queued to play)
         return next((t for t in alice.agent_replies() if words(t.text)[:3] == ["you", "said", "i"]), None)
 
-    await wait_for(lambda: long_reply() is not None and alice.state_log[-1][0] == "speaking", 90,
+    await until(lambda: long_reply() is not None and alice.state_log[-1][0] == "speaking", 90,
                    "the long reply to be generated and playing")
     segment, full = long_reply().attributes["lk.segment_id"], words(long_reply().text)
     cut = len(alice.received)
@@ -64,19 +64,19 @@ async def test_two_callers_at_once_each_hear_their_own_reply_through_the_remote_
         finals = [t for t in alice.agent_replies() if t.attributes.get("lk.segment_id") == segment]
         return words(finals[-1].text) if len(finals) > 1 else None
 
-    await wait_for(lambda: heard() is not None, 40, "the long reply to be cut short")
+    await until(lambda: heard() is not None, 40, "the long reply to be cut short")
     assert 0 < len(heard()) < len(full) and heard() == full[: len(heard())], (heard(), full)
 
     def quiet_at() -> int | None:
         return next((at for state, at in alice.state_log if at >= cut and state == "listening"), None)
 
-    await wait_for(lambda: quiet_at() is not None, 30, "the agent to go quiet")
+    await until(lambda: quiet_at() is not None, 30, "the agent to go quiet")
     # Left alone, the rest of the reply would have played for seconds more: it stopped within the
     # caller's interruption (its onset) plus the way back through the SFU.
     assert quiet_at() - cut < 0.5 * len(speak(LONG, 100)), quiet_at() - cut
 
     await asyncio.gather(alice.leave(), bob.leave())
-    await wait_for(lambda: worker.log().count("closed (caller_left)") + worker.log().count("closed (room_closed)") >= 2,
+    await until(lambda: worker.log().count("closed (caller_left)") + worker.log().count("closed (room_closed)") >= 2,
                    30, "both sessions to close")
 
 
@@ -91,10 +91,10 @@ async def test_a_worker_whose_backend_is_full_reports_full_and_is_not_dispatched
 
     # The worker has two slots of its own left, but its backend has none: it reports full.
     worker_id = livekit_server.jobs[dispatch_a.job_id].worker_id
-    await wait_for(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
+    await until(lambda: not livekit_server.workers[worker_id].available, 20, "the worker to report full")
     dispatch_b = await livekit_server.create_dispatch("room-b", AGENT_NAME)
     assert dispatch_b.state == "no_worker" and (worker_id, "full") in dispatch_b.skipped
 
     # The backend's slot frees: the worker is available again and takes the waiting room.
     await first.leave()
-    await wait_for(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")
+    await until(lambda: dispatch_b.state == "assigned", 40, "the waiting dispatch to be served")

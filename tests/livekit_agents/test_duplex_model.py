@@ -13,7 +13,7 @@ import pytest
 from devtools.speech import speak, transcribe, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
@@ -46,7 +46,7 @@ async def _exchange_and_barge_in(livekit_server, worker, room: str) -> None:
         await _converse(livekit_server, worker, room, caller)
     finally:
         await caller.leave()
-    await wait_for(lambda: worker.records("close", room), 60, "the agent session to close with the room")
+    await until(lambda: worker.records("close", room), 60, "the agent session to close with the room")
 
 
 async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) -> None:
@@ -54,7 +54,7 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     question, interruption = speak(LONG, 48000, before_ms=300, after_ms=1200), speak("Wait, stop please.", 48000)
     dispatch = await livekit_server.create_dispatch(room, AGENT_NAME)
     assert dispatch.state == "assigned"
-    await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
+    await until(lambda: worker.records("started", room), 60, "the agent session to start")
 
     # A spoken exchange: the reference model says back what it heard, and the caller hears it.
     reply = await caller.say_and_listen(QUESTION, timeout=90)
@@ -71,16 +71,16 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     # counted from before the question: the reply may start within the question's trailing silence
     asked = len(caller.received)
     caller.mic.say(question)
-    await wait_for(lambda: not caller.mic.busy, 60, "the long question to be said")
-    await wait_for(lambda: caller.listening_after_speaking(asked) is None
+    await until(lambda: not caller.mic.busy, 60, "the long question to be said")
+    await until(lambda: caller.listening_after_speaking(asked) is None
                    and any(state == "speaking" for state, at in caller.state_log if at >= asked), 120,
                    "the long reply to play")
     # where its sound began: the state attribute comes by another path, on a loaded machine late;
     # from 300 ms before its first loud frame, which may fall inside a soft first word ("You")
-    await wait_for(lambda: caller.first_loud_frame(asked) is not None, 60, "the long reply's first sound")
+    await until(lambda: caller.first_loud_frame(asked) is not None, 60, "the long reply's first sound")
     speaking_at = max(asked, caller.first_loud_frame(asked) - 30)
     # well into the reply's long sentence, past "You said:" and the gap while it is synthesised
-    await wait_for(lambda: caller.loud_frames(speaking_at) >= 250, 60, "2.5 s of the long reply")  # 10 ms frames
+    await until(lambda: caller.loud_frames(speaking_at) >= 250, 60, "2.5 s of the long reply")  # 10 ms frames
     cut, said_at = len(caller.received), time.time()
     caller.mic.say(interruption)
 
@@ -88,7 +88,7 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
         return [r for r in _assistant(worker, room) if r["interrupted"]]
 
     try:
-        await wait_for(lambda: interrupted(), 60, "the long reply to be cut short")
+        await until(lambda: interrupted(), 60, "the long reply to be cut short")
     except AssertionError as exc:  # when the caller heard the reply, on the clock of the app's records
         raise AssertionError(f"{exc}: the caller heard the reply's first sound at "
                              f"{caller.received_at[caller.first_loud_frame(asked)]:.3f} and talked over it "
@@ -107,9 +107,9 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
 
     # The caller heard quiet soon after they started talking over the agent: well before the rest
     # of the reply would have played (it is as long as the question, ~7 s), on a loaded machine too.
-    await wait_for(lambda: _quiet_from(caller.received, cut) is not None, 30, "quiet after the interruption")
+    await until(lambda: _quiet_from(caller.received, cut) is not None, 30, "quiet after the interruption")
     quiet_at = _quiet_from(caller.received, cut)
-    await wait_for(lambda: len(caller.received) >= cut + 300, 30, "3 s after the interruption")
+    await until(lambda: len(caller.received) >= cut + 300, 30, "3 s after the interruption")
     profile = [round(float(np.sqrt(np.mean(np.concatenate(caller.received[i:i + 10]) ** 2))), 3)
                for i in range(cut, cut + 300, 10)]
     states = [s for s in caller.state_log if s[1] >= cut - 100]
@@ -120,7 +120,7 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
 
     # The next replies' messages hold none of the long reply's unheard words.
     caller.mic.say(speak("Thank you very much.", 48000, before_ms=300, after_ms=1200))
-    await wait_for(lambda: any("thank" in words(r["text"]) for r in _assistant(worker, room)), 90,
+    await until(lambda: any("thank" in words(r["text"]) for r in _assistant(worker, room)), 90,
                    "the reply to the thanks")
     unheard = set(full[len(kept):]) - set(full[: len(kept)])
     messages = _assistant(worker, room)
@@ -158,10 +158,10 @@ async def test_unreachable_backend_gives_an_error_with_its_code_and_the_job_ends
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-down"))
     await caller.join()
     await livekit_server.create_dispatch("room-down", AGENT_NAME)
-    await wait_for(lambda: worker.records("error", "room-down"), 60, "the error event")
+    await until(lambda: worker.records("error", "room-down"), 60, "the error event")
     assert worker.records("error", "room-down")[0]["code"] == "backend_unavailable"
-    await wait_for(lambda: worker.records("close", "room-down"), 60, "the session to close")
-    await wait_for(lambda: caller.agent_left, 60, "the agent to leave the room")
+    await until(lambda: worker.records("close", "room-down"), 60, "the session to close")
+    await until(lambda: caller.agent_left, 60, "the agent to leave the room")
     await caller.leave()
 
 
@@ -169,7 +169,7 @@ async def _ready_caller(livekit_server, worker, identity: str, room: str) -> Liv
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room))
     await caller.join()
     assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
-    await wait_for(lambda: worker.records("started", room), 60, f"the agent session in {room}")
+    await until(lambda: worker.records("started", room), 60, f"the agent session in {room}")
     return caller
 
 
@@ -208,9 +208,9 @@ async def test_a_full_backend_gives_an_error_with_its_code_and_the_job_ends(live
     await bob.join()
     try:
         await livekit_server.create_dispatch("room-second", AGENT_NAME)
-        await wait_for(lambda: worker.records("error", "room-second"), 60, "the error event")
+        await until(lambda: worker.records("error", "room-second"), 60, "the error event")
         assert worker.records("error", "room-second")[0]["code"] == "resource_exhausted"
-        await wait_for(lambda: worker.records("close", "room-second") and bob.agent_left, 60,
+        await until(lambda: worker.records("close", "room-second") and bob.agent_left, 60,
                        "the job to end and leave the room")
         assert not worker.records("error", "room-first")  # the first call goes on
     finally:
@@ -232,7 +232,7 @@ async def test_a_dropped_backend_socket_resumes_and_fires_session_reconnected(li
         assert {"said", "table"} <= set(words(heard)), heard
         connections = forwarder.connections
         forwarder.cut()
-        await wait_for(lambda: worker.records("reconnected", "room-drop"), 60, "session_reconnected")
+        await until(lambda: worker.records("reconnected", "room-drop"), 60, "session_reconnected")
         assert forwarder.connections > connections  # a new socket, the same session
         await backend.until_sessions(1)
         heard = await caller.say_and_hear("What is the weather like in London tomorrow?", timeout=120)
@@ -256,10 +256,10 @@ async def test_in_process_tiny_moshi_speaks_to_the_caller(livekit_server, start_
     try:
         caller.mic.say(speak(LONG, 48000))
         # a frame-synchronous model speaks as it listens: the caller hears its (random) voice
-        await wait_for(lambda: caller.loud_frames() >= 300, 120, "3 s of the tiny Moshi")
+        await until(lambda: caller.loud_frames() >= 300, 120, "3 s of the tiny Moshi")
     finally:
         await caller.leave()
-    await wait_for(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
+    await until(lambda: worker.records("close", "room-moshi"), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
 
 
@@ -271,14 +271,14 @@ async def _talk_over_moshi(caller: LiveKitCaller, worker, room: str, interruptio
     # A random Moshi now and then ends a reply by itself: the caller talks over it only while the
     # caller hears it speak, or there is nothing to cut (under load a reply could end unseen in
     # between: CI once said the interruption into quiet and waited in vain for the cut).
-    await wait_for(lambda: _speaking_now(caller), 120, "the tiny Moshi to be speaking")
+    await until(lambda: _speaking_now(caller), 120, "the tiny Moshi to be speaking")
     cut = len(caller.received)
     caller.mic.say(interruption)
 
     def interrupted() -> list[dict]:
         return [r for r in _assistant(worker, room) if r["interrupted"]]
 
-    await wait_for(lambda: len(interrupted()) >= cuts, 60, f"reply {cuts} to be cut short")
+    await until(lambda: len(interrupted()) >= cuts, 60, f"reply {cuts} to be cut short")
     message = interrupted()[cuts - 1]
     # The history holds the words the caller heard: the ledger's text at the room's position, which
     # our ack made the model keep. Where the reply's audio paused 0.8 s (a loaded machine), the
@@ -302,7 +302,7 @@ async def _talk_over_moshi(caller: LiveKitCaller, worker, room: str, interruptio
     # The caller heard quiet soon after they started talking over it: 100 ms of it within 1.5 s. A
     # random-weight Moshi hardly ever writes 10 padding tokens in a row, so uncut, its reply would
     # have gone on; it may start a new one over the caller a little later (it handles overlap itself).
-    await wait_for(lambda: _quiet_from(caller.received, cut, run=10) is not None, 30, "quiet after the interruption")
+    await until(lambda: _quiet_from(caller.received, cut, run=10) is not None, 30, "quiet after the interruption")
     quiet_at = _quiet_from(caller.received, cut, run=10)
     profile = [round(float(np.sqrt(np.mean(np.concatenate(caller.received[i:i + 10]) ** 2))), 3)
                for i in range(cut, quiet_at + 10, 10)]
@@ -332,19 +332,19 @@ async def test_in_process_tiny_moshi_is_cut_by_barge_in_and_its_history_is_what_
     caller = await _ready_caller(livekit_server, worker, "alice", room)
     try:
         # A frame-synchronous model speaks as it listens: the caller hears its (random) voice.
-        await wait_for(lambda: caller.loud_frames() >= 200, 120, "2 s of the tiny Moshi")
+        await until(lambda: caller.loud_frames() >= 200, 120, "2 s of the tiny Moshi")
         first, quiet_at = await _talk_over_moshi(caller, worker, room, interruption, 0, 1)
         # It speaks again (a new reply); cut again, the next message holds that reply's own words
         # from its start, none of the first's unheard ones.
-        await wait_for(lambda: not caller.mic.busy, 30, "the interruption to be said")
-        await wait_for(lambda: caller.loud_frames(quiet_at) >= 100, 120, "1 s of Moshi's next reply")
+        await until(lambda: not caller.mic.busy, 30, "the interruption to be said")
+        await until(lambda: caller.loud_frames(quiet_at) >= 100, 120, "1 s of Moshi's next reply")
         second, _ = await _talk_over_moshi(caller, worker, room, interruption, quiet_at, 2)
     finally:
         await caller.leave()
     messages = _assistant(worker, room)
     assert messages.index(second[0]) == messages.index(first[-1]) + 1, messages
     assert first[-1]["response_id"] != second[-1]["response_id"], (first, second)
-    await wait_for(lambda: worker.records("close", room), 60, "the session to close")
+    await until(lambda: worker.records("close", room), 60, "the session to close")
     assert not worker.records("error"), worker.records("error")
 
 
@@ -359,11 +359,11 @@ async def test_a_reply_through_a_stalled_loop_keeps_every_word_in_history_in_ord
     await caller.join()
     try:
         assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
-        await wait_for(lambda: worker.records("started", room), 60, "the agent session to start")
+        await until(lambda: worker.records("started", room), 60, "the agent session to start")
         await caller.say_and_listen(QUESTION, timeout=90)
-        await wait_for(lambda: worker.records("stalled", room), 30, "the stall in the reply")
+        await until(lambda: worker.records("stalled", room), 30, "the stall in the reply")
         expected = words("You said: " + QUESTION)
-        await wait_for(lambda: sum(len(words(r["text"])) for r in _assistant(worker, room)) >= len(expected),
+        await until(lambda: sum(len(words(r["text"])) for r in _assistant(worker, room)) >= len(expected),
                        60, "the reply's words in history")
         messages = _assistant(worker, room)
         assert len(messages) >= 2, messages  # the adapter did split it (a loaded machine may add a split)

@@ -11,7 +11,7 @@ import pytest
 from devtools.speech import words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import REPO, AgentProcess, _environment
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 
 @pytest.mark.slow
@@ -26,7 +26,7 @@ async def test_the_example_app_answers_a_caller(livekit_server, tmp_path, proces
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("alice", "room-example"))
     await caller.join()
     try:
-        await wait_for(lambda: "listening" in caller.agent_states, 90, "the agent to join and listen")
+        await until(lambda: "listening" in caller.agent_states, 90, "the agent to join and listen")
         heard = await caller.say_and_hear("Please book a table for two people tonight.", timeout=120)
         assert {"said", "table"} <= set(words(heard)), heard
     finally:

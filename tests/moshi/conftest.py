@@ -5,11 +5,17 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import torch
 
 from duplex_agent.plugins.contract import DuplexAppendPlan, DuplexFence
 from duplex_agent.plugins.engines.frame_batch import FrameBatchEngine
 from duplex_agent.plugins.moshi.configs import FRAME_SAMPLES, SAMPLE_RATE
 from duplex_agent.plugins.moshi.model import MoshiSpec, load_moshi
+
+# One intra-op thread: the tiny model's steps are small, and with a thread per core beside the
+# rest of the suite (or busy loops) every step's parallel region waits on a starved thread, so
+# the engine falls far behind real time and its callers hear gaps that are the test machine's.
+torch.set_num_threads(1)
 
 
 def voice_frames(seed: int, count: int) -> list[np.ndarray]:

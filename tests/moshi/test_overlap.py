@@ -19,7 +19,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.plugins.moshi.plugin import MoshiOptions
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
-from tests.webrtc.client_peer import wait_for
+from tests.support.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ async def test_caller_speech_over_moshi_clears_playout_only_under_barge_in(polic
     mic = Mic()
     pacing = asyncio.create_task(_pace(path, mic, heard))
     try:
-        await wait_for(lambda: path.playout.playing or pacing.done(), 60, "the agent to talk")
+        await until(lambda: path.playout.playing or pacing.done(), 60, "the agent to talk")
         mic.say(speech)
         at_onset: dict[str, object] = {}
 
@@ -83,7 +83,7 @@ async def test_caller_speech_over_moshi_clears_playout_only_under_barge_in(polic
                 at_onset.setdefault("generated_ms", conversation.active.ledger.generated_ms)
             return True
 
-        await wait_for(speech_heard, 30, "the caller's speech to be heard by the worker")
+        await until(speech_heard, 30, "the caller's speech to be heard by the worker")
         await pacing
         cancelled = [e for e in events if isinstance(e, ResponseDone) and e.status == "cancelled"]
         if policy == "barge_in":

@@ -16,7 +16,8 @@ from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
 from tests.integration.conftest import Microphone
 from tests.support.audio import tone
-from tests.webrtc.client_peer import ClientPeer, wait_for
+from tests.support.waits import until
+from tests.webrtc.client_peer import ClientPeer
 
 pytestmark = pytest.mark.slow
 SECONDS_HEARD = 4.0
@@ -45,10 +46,10 @@ async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker, caplog)
         for peer, mic, hz in zip(peers, mics, (220.0, 330.0)):
             mic.say(tone(1000 * (SECONDS_HEARD + 6.0), hz, rate=48000))
             await peer.connect(http)
-        await wait_for(lambda: backend.active_sessions == 2, 20, "both sessions to open")
+        await until(lambda: backend.active_sessions == 2, 20, "both sessions to open")
         frames = int(SECONDS_HEARD / 0.02)
         try:
-            await wait_for(lambda: all(p.loud_frames() >= frames for p in peers), 60,
+            await until(lambda: all(p.loud_frames() >= frames for p in peers), 60,
                            f"both callers to hear {SECONDS_HEARD} s of the agent")
         except AssertionError as exc:  # what each heard, and whether the engine kept real time (CI once timed out here)
             stats = backend.engine.stats
@@ -88,5 +89,5 @@ async def test_two_callers_at_once_hear_moshi_continuously(moshi_worker, caplog)
     finally:
         for peer in peers:
             await peer.close()
-    await wait_for(lambda: backend.active_sessions == 0, 20, "the worker to free both sessions")
+    await until(lambda: backend.active_sessions == 0, 20, "the worker to free both sessions")
     assert backend.engine.active_sessions == 0  # both slots freed

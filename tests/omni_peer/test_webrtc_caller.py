@@ -19,7 +19,8 @@ from tests.integration.conftest import Microphone
 from tests.omni_peer.caller import reply_tone_hz
 from tests.omni_peer.processes import OmniPeer
 from tests.serve_process import ServeProcess
-from tests.webrtc.client_peer import ClientPeer, wait_for
+from tests.support.waits import until
+from tests.webrtc.client_peer import ClientPeer
 
 QUESTION = "Please book a table for two people tonight."
 LONG = "Tell me a long story about the sea and the ships."
@@ -60,7 +61,7 @@ class Call:
 
     async def connect(self) -> None:
         await self.peer.connect(self.http)
-        await wait_for(lambda: self.peer.received, CALL_TIMEOUT_S, "the agent's track to flow")
+        await until(lambda: self.peer.received, CALL_TIMEOUT_S, "the agent's track to flow")
 
     def done(self, since: int, *statuses: str) -> list[dict]:
         return [m for m in self.peer.messages[since:]
@@ -123,10 +124,10 @@ async def test_a_spoken_question_gets_the_peers_reply_heard_by_the_caller(stacks
     call = await calls(serve)
     since, heard_from, recorded = len(call.peer.messages), len(call.peer.received), len(peer.record())
     call.mic.say(speak(QUESTION, 48000, before_ms=300, after_ms=1500))
-    await wait_for(lambda: call.done(since, "completed"), CALL_TIMEOUT_S, "the peer's reply to complete")
-    await wait_for(lambda: call.played_out(since), CALL_TIMEOUT_S, "the reply to play out")
+    await until(lambda: call.done(since, "completed"), CALL_TIMEOUT_S, "the peer's reply to complete")
+    await until(lambda: call.played_out(since), CALL_TIMEOUT_S, "the reply to play out")
     played = len(call.peer.received)
-    await wait_for(lambda: len(call.peer.received) >= played + TAIL_FRAMES, CALL_TIMEOUT_S, "the reply's last frames")
+    await until(lambda: len(call.peer.received) >= played + TAIL_FRAMES, CALL_TIMEOUT_S, "the reply's last frames")
 
     transcripts = [m["transcript"] for m in call.peer.messages[since:]
                    if m.get("type") == "response.output_audio_transcript.done"]
@@ -145,16 +146,16 @@ async def test_talking_over_the_reply_stops_it_and_aborts_the_peers_generation(s
     since, heard_from, recorded = len(call.peer.messages), len(call.peer.received), len(peer.record())
     call.mic.say(speak(LONG, 48000, before_ms=300, after_ms=100))
     # 0.5 s of the reply heard, then the caller talks over it.
-    await wait_for(lambda: len(loud_frames_of_reply(call.peer.received[heard_from:], 1)) >= 25, CALL_TIMEOUT_S,
+    await until(lambda: len(loud_frames_of_reply(call.peer.received[heard_from:], 1)) >= 25, CALL_TIMEOUT_S,
                    "0.5 s of the reply")
     call.mic.say(speak(STOP, 48000, after_ms=1500))
-    await wait_for(lambda: call.done(since, "cancelled", "incomplete")
+    await until(lambda: call.done(since, "cancelled", "incomplete")
                    or "output_audio_buffer.cleared" in call.peer.message_types()[since:],
                    CALL_TIMEOUT_S, "the reply to be cut off")
     cut_at = len(call.peer.received)
-    await wait_for(lambda: not call.mic.busy, CALL_TIMEOUT_S, "the interruption to be sent")
+    await until(lambda: not call.mic.busy, CALL_TIMEOUT_S, "the interruption to be sent")
     # The interruption gets its own answer: reply 2 is heard.
-    await wait_for(lambda: len(loud_frames_of_reply(call.peer.received[cut_at:], 2)) >= 25, CALL_TIMEOUT_S,
+    await until(lambda: len(loud_frames_of_reply(call.peer.received[cut_at:], 2)) >= 25, CALL_TIMEOUT_S,
                    "0.5 s of the answer to the interruption (reply 2)")
 
     first = loud_frames_of_reply(call.peer.received[heard_from:], 1)
@@ -162,6 +163,6 @@ async def test_talking_over_the_reply_stops_it_and_aborts_the_peers_generation(s
     assert not [n for n in first if heard_from + n > cut_at + TAIL_FRAMES], "the first reply went on after the cut"
     # On the peer's side: the first reply's generation was aborted before its end.
     turn = thinker_turn(peer, "reply 1 ", after=recorded)
-    await wait_for(lambda: code2wav_events(peer, turn["request_id"])[-1:] == ["aborted"], CALL_TIMEOUT_S,
+    await until(lambda: code2wav_events(peer, turn["request_id"])[-1:] == ["aborted"], CALL_TIMEOUT_S,
                    "the peer's code2wav to record the first reply's abort")
     assert "finished" not in code2wav_events(peer, turn["request_id"])

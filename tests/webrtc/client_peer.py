@@ -77,10 +77,3 @@ class ClientPeer:
         await asyncio.gather(*self._readers, return_exceptions=True)
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)

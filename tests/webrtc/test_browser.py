@@ -8,9 +8,9 @@ from aiohttp.test_utils import TestServer
 
 from duplex_agent.frontend import register_frontend_routes
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from tests.support.waits import until
 
 from .browser import Browser, chromium_missing_reason
-from .client_peer import wait_for
 from .fakes import EchoBackend
 
 pytestmark = [
@@ -47,9 +47,9 @@ async def test_page_connects_and_shows_the_agent_speaking(page_server, speech_wa
         print("page RTT figure:", rtt)
         await asyncio.to_thread(browser.click, "connect")  # disconnect
         await asyncio.to_thread(browser.wait_for_text, "connect", "Connect", 5)
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         # The page hung up on purpose: the conversation ends (it is not parked for a resume).
-        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to end")
+        await until(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to end")
         assert backend.conversations[0].closed_reason == "client_close"
     finally:
         await asyncio.to_thread(browser.close)

@@ -8,9 +8,9 @@ from aiohttp.test_utils import TestServer
 
 from duplex_agent.frontend import register_frontend_routes
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
+from tests.support.waits import until
 
 from .browser import Browser, chromium_missing_reason
-from .client_peer import wait_for
 from .fakes import EchoBackend
 
 pytestmark = [
@@ -33,12 +33,12 @@ async def test_the_page_resumes_its_conversation_after_a_blip_and_hangs_up_for_g
         await asyncio.to_thread(browser.wait_for_text, "status", "Connected", 15)
         [first] = list(registry.sessions.values())
         await first.pc.close()  # the network goes: the server's end of the connection is gone
-        await wait_for(lambda: any(s is not first for s in registry.sessions.values()), 20, "the page to come back")
+        await until(lambda: any(s is not first for s in registry.sessions.values()), 20, "the page to come back")
         await asyncio.to_thread(browser.wait_for_text, "status", "Connected", 15)
         await asyncio.to_thread(browser.wait_for_text, "agent-state", "speaking", 15)  # the echo flows again
         assert len(backend.conversations) == 1 and backend.conversations[0].closed_reason is None
         await asyncio.to_thread(browser.click, "connect")  # hang up on purpose
-        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to end")
+        await until(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to end")
         assert backend.conversations[0].closed_reason == "client_close"
         assert not app[WEBRTC_PEERS].sessions
     finally:

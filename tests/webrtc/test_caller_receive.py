@@ -21,8 +21,9 @@ from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder, PlayoutTrack
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend
 from .test_peer import serve
 
@@ -47,11 +48,11 @@ async def test_our_buffer_serves_the_call_and_reports_per_call_and_in_total(host
     total_before = _sample("duplex_receive_frames_total", outcome="received") or 0.0
     try:
         await client.connect(http)
-        await wait_for(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
+        await until(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         reader = session.caller_reader
         assert isinstance(reader, AdaptiveCallerAudioReader)
-        await wait_for(lambda: reader.buffer.counts.received >= 50, 20, "a second of the caller's packets")
+        await until(lambda: reader.buffer.counts.received >= 50, 20, "a second of the caller's packets")
         counts = reader.buffer.counts
         assert counts.invalid == counts.ssrc_changes == 0
         # What the conversation got is exactly the timeline the buffer handed on (whole 20 ms frames).
@@ -64,12 +65,12 @@ async def test_our_buffer_serves_the_call_and_reports_per_call_and_in_total(host
         assert _sample("duplex_receive_frames_total", outcome="received") >= total_before + 50
 
         # The caller's receiver reports say nothing is lost: the agent's Opus stops spending bits on FEC.
-        await wait_for(lambda: len(session.loss_follower.reports) >= 1, 20, "a receiver report from the caller")
-        await wait_for(lambda: not session.playout_track.encoder.fec, 10, "FEC off on a clean path")
+        await until(lambda: len(session.loss_follower.reports) >= 1, 20, "a receiver report from the caller")
+        await until(lambda: not session.playout_track.encoder.fec, 10, "FEC off on a clean path")
         assert session.playout_track.encoder.expected_loss_percent == 0
     finally:
         await client.close()
-    await wait_for(lambda: _sample("duplex_receive_call_frames", call=client.pc_id, outcome="received") is None,
+    await until(lambda: _sample("duplex_receive_call_frames", call=client.pc_id, outcome="received") is None,
                    10, "the call's own figures to go with it")
     assert _sample("duplex_receive_frames_total", outcome="received") >= total_before + per_call  # kept in the total
     await http.close()
@@ -82,7 +83,7 @@ async def test_the_aiortc_switch_keeps_aiortcs_buffer(host_address):
     client = ClientPeer(host_address, frames_of(tone(10000, rate=48000)))
     try:
         await client.connect(http)
-        await wait_for(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
+        await until(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
         assert isinstance(app[WEBRTC_PEERS].sessions[client.pc_id].caller_reader, CallerAudioReader)
     finally:
         await client.close()
@@ -143,17 +144,17 @@ async def test_garbage_and_truncated_payloads_from_a_real_sender_are_concealed_a
     client.pc.getSenders()[0].replaceTrack(track)
     try:
         await client.connect(http)
-        await wait_for(lambda: client.pc_id in app[WEBRTC_PEERS].sessions and track.sent > 200, 30,
+        await until(lambda: client.pc_id in app[WEBRTC_PEERS].sessions and track.sent > 200, 30,
                        "the caller to send past the garbage")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         counts = session.caller_reader.buffer.counts
-        await wait_for(lambda: counts.received >= 150, 20, "the caller's packets after the garbage")
+        await until(lambda: counts.received >= 150, 20, "the caller's packets after the garbage")
         assert counts.invalid >= 10  # the unparseable half at least; a truncated packet may decode to noise
         assert counts.concealed >= 10
         assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
         assert session.closed is False and client.pc.connectionState == "connected"
         conversation = backend.conversations[0]
-        await wait_for(lambda: _input_ms(conversation) >= 3000, 20, "3 s of the caller's timeline at the conversation")
+        await until(lambda: _input_ms(conversation) >= 3000, 20, "3 s of the caller's timeline at the conversation")
     finally:
         await client.close()
         await http.close()
@@ -195,18 +196,18 @@ async def test_a_caller_silent_for_3_s_is_heard_again_when_packets_return(host_a
     client.pc.getSenders()[0].replaceTrack(track)
     try:
         await client.connect(http)
-        await wait_for(lambda: track.resumed, 30, "the caller's 3 s without packets")
+        await until(lambda: track.resumed, 30, "the caller's 3 s without packets")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         counts = session.caller_reader.buffer.counts
         received_at_resume = counts.received
         # The 3 s were filled as they passed (the first OPEN_HOLE_GRACE_S waited, late timers on a
         # busy loop wait as long again): the timeline ran on.
         assert counts.concealed >= 75
-        await wait_for(lambda: counts.received >= received_at_resume + 50, 20, "a second of packets after the pause")
+        await until(lambda: counts.received >= received_at_resume + 50, 20, "a second of packets after the pause")
         assert counts.timestamp_jumps >= 1  # its RTP clock stood still: a restart, not 3 s of late packets
         assert not session.closed and client.pc.connectionState == "connected"
         heard = client.loud_frames()
-        await wait_for(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed again")
+        await until(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed again")
     finally:
         await client.close()
         await http.close()
@@ -254,19 +255,19 @@ async def test_a_real_senders_ssrc_change_sequence_jump_and_timestamp_wrap_are_c
     rewriter = RtpRewriter(client.pc.getSenders()[0], start=100, sequence_jump=5000, ssrc=0x5EED, wrap_after=50)
     try:
         await client.connect(http)
-        await wait_for(lambda: rewriter.sent > 250, 30, "the caller to send past the wrap, the jump and the change")
+        await until(lambda: rewriter.sent > 250, 30, "the caller to send past the wrap, the jump and the change")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
         counts = session.caller_reader.buffer.counts
         assert rewriter.wrapped
-        await wait_for(lambda: counts.received >= 200, 20, "the caller's packets on both sides of the change")
+        await until(lambda: counts.received >= 200, 20, "the caller's packets on both sides of the change")
         assert counts.ssrc_changes == 1
         assert counts.sequence_jumps >= 1
         assert counts.invalid == 0
         assert counts.samples_out == 960 * (counts.received + counts.recovered + counts.concealed)
         assert session.closed is False and client.pc.connectionState == "connected"
         heard = client.loud_frames()
-        await wait_for(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed after the change")
-        await wait_for(lambda: _input_ms(backend.conversations[0]) >= 4000, 20,
+        await until(lambda: client.loud_frames() >= heard + 25, 20, "the caller's audio echoed after the change")
+        await until(lambda: _input_ms(backend.conversations[0]) >= 4000, 20,
                        "4 s of the caller's timeline at the conversation")
     finally:
         await client.close()

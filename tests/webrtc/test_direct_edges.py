@@ -20,8 +20,9 @@ from duplex_agent.webrtc.direct.tracks import (
     frame_to_mono_f32,
 )
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend
 from .test_peer import serve
 
@@ -105,24 +106,24 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
     metrics = lambda: [m for m in client.messages if m["type"] == "metrics"]  # noqa: E731
     try:
         await client.connect(http)
-        await wait_for(lambda: len(metrics()) == 1, 10, "the first metrics message when the channel opens")
+        await until(lambda: len(metrics()) == 1, 10, "the first metrics message when the channel opens")
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
-        await wait_for(lambda: session.audio.figures.last("input_added_ms") is not None, 10, "caller audio")
+        await until(lambda: session.audio.figures.last("input_added_ms") is not None, 10, "caller audio")
         # The caller's audio is decoded on the loop by the session's reader, in aiortc's jitter buffer's
         # and decoder queue's place.
         receiver = next(t.receiver for t in session.pc.getTransceivers() if t.kind == "audio")
         assert receiver._RTCRtpReceiver__decoder_queue is session.caller_reader
         assert receiver._RTCRtpReceiver__jitter_buffer is session.caller_reader
         seen = len(session.audio.figures.recent("input_added_ms"))
-        await wait_for(lambda: len(session.audio.figures.recent("input_added_ms")) >= seen + 25, 10,
+        await until(lambda: len(session.audio.figures.recent("input_added_ms")) >= seen + 25, 10,
                        "more caller frames (0.5 s, two metrics periods)")
         assert len(metrics()) == 1  # input_added_ms changing every frame does not resend
 
         session.audio.figures.record("turn_ms", 321.0)
-        await wait_for(lambda: len(metrics()) == 2, 5, "metrics after a figure the page shows changed")
+        await until(lambda: len(metrics()) == 2, 5, "metrics after a figure the page shows changed")
         assert metrics()[-1]["latency"]["turn_ms"]["last"] == 321.0
         client.channel.send('{"type": "metrics.request"}')
-        await wait_for(lambda: len(metrics()) == 3, 5, "metrics on request")
+        await until(lambda: len(metrics()) == 3, 5, "metrics on request")
 
         conversation = backend.conversations[0]
         words = [f"word{n} " for n in range(40)]
@@ -134,7 +135,7 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
         speaking_s = loop.time() - first_word_at  # longer on a busy machine: the bound below follows it
         conversation.emit(ResponseTranscriptDone(response_id="r1", item_id="i1", transcript="".join(words)))
         done = "response.output_audio_transcript.done"
-        await wait_for(lambda: done in client.message_types(), 5, "the transcript's end")
+        await until(lambda: done in client.message_types(), 5, "the transcript's end")
         deltas = [m for m in client.messages if m["type"] == "response.output_audio_transcript.delta"]
         assert "".join(d["delta"] for d in deltas) == "".join(words)  # nothing lost, in order
         # At most one message per 250 ms of the words' span (plus the first and the flush at
@@ -143,7 +144,7 @@ async def test_the_data_channel_joins_transcript_deltas_and_sends_metrics_only_o
         assert client.message_types().index(done) > max(i for i, m in enumerate(client.messages) if m in deltas)
     finally:
         await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
 
 

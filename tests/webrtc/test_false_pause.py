@@ -13,8 +13,9 @@ from duplex_agent.agent.protocol.events import (
     ResponseCancel,
 )
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import HumBackend
 from .test_peer import serve
 
@@ -43,12 +44,12 @@ async def reply_with(host_address, sound: np.ndarray):
     client = ClientPeer(host_address, frames_of(caller))
     try:
         await client.connect(http)
-        await wait_for(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
+        await until(lambda: backend.conversations and backend.conversations[0].sent_of(PlaybackAck), 30,
                        "the reply to play out")
         yield backend.conversations[0], app[WEBRTC_PEERS].sessions[client.pc_id].audio, client
     finally:
         await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
 
 
@@ -62,7 +63,7 @@ async def test_a_short_burst_over_the_agent_pauses_it_and_the_caller_hears_the_w
         assert ack.response_id == "talk" and ack.played_ms == pytest.approx(1000.0 * REPLY_S)  # nothing skipped
         # The caller heard the reply: every 20 ms of it but the pauses' (each at most a few frames).
         reply_frames = 50 * REPLY_S
-        await wait_for(lambda: client.loud_frames() >= reply_frames - 5, 10, "the rest of the reply at the caller")
+        await until(lambda: client.loud_frames() >= reply_frames - 5, 10, "the rest of the reply at the caller")
         levels = [float(np.sqrt(np.mean(f**2))) for f in client.received]
         loud = [i for i, level in enumerate(levels) if level > 0.02]
         gaps = [b - a - 1 for a, b in zip(loud, loud[1:]) if b - a > 1]

@@ -16,8 +16,9 @@ from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
 from duplex_agent.webrtc.direct.peer_session import DEFAULT_MEDIA_TIMEOUT_S
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend
 from .test_caller_receive import PausingTrack, _sample, serve_with
 
@@ -43,8 +44,8 @@ class Packets:
 
     async def send_for(self, seconds: float) -> None:
         loop = asyncio.get_running_loop()
-        until = loop.time() + seconds
-        while loop.time() < until:
+        end = loop.time() + seconds
+        while loop.time() < end:
             self.arrive()
             await asyncio.sleep(0.02)
 
@@ -121,14 +122,14 @@ async def test_a_caller_that_stops_sending_is_told_why_and_the_call_ends(host_ad
     before = _sample("duplex_errors_total", code="media_timeout") or 0.0
     try:
         await client.connect(http)
-        await wait_for(lambda: "session.closed" in client.message_types(), 30, "the worker to end the call")
+        await until(lambda: "session.closed" in client.message_types(), 30, "the worker to end the call")
         errors = [m["error"] for m in client.messages if m.get("type") == "error"]
         assert [e["code"] for e in errors] == ["media_timeout"] and "2 s" in errors[0]["message"]
         closed = [m for m in client.messages if m.get("type") == "session.closed"]
         assert closed == [{"type": "session.closed", "reason": "media_timeout"}]
         assert track.sent == 50  # it stopped, and was not heard again
-        await wait_for(lambda: client.pc_id not in app[WEBRTC_PEERS].sessions, 10, "the peer to go")
-        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
+        await until(lambda: client.pc_id not in app[WEBRTC_PEERS].sessions, 10, "the peer to go")
+        await until(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
         assert backend.conversations[0].closed_reason == "media_timeout"
         assert _sample("duplex_errors_total", code="media_timeout") == before + 1
     finally:

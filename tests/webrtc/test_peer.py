@@ -12,8 +12,9 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend, HumBackend
 
 pytestmark = pytest.mark.asyncio
@@ -33,8 +34,8 @@ async def test_caller_audio_comes_back_through_the_echo_backend(host_address):
     client = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
     try:
         await client.connect(http)
-        await wait_for(lambda: client.loud_frames() >= 25, 10, "echoed audio at the client")
-        await wait_for(lambda: "metrics" in client.message_types(), 5, "a metrics message")
+        await until(lambda: client.loud_frames() >= 25, 10, "echoed audio at the client")
+        await until(lambda: "metrics" in client.message_types(), 5, "a metrics message")
         assert {"type": "agent.state", "state": "speaking"} in client.messages
         assert "response.created" in client.message_types()
         session = app[WEBRTC_PEERS].sessions[client.pc_id]
@@ -46,13 +47,13 @@ async def test_caller_audio_comes_back_through_the_echo_backend(host_address):
             client.channel.send(bad)
         client.channel.send('{"type": "session.update", "session": {"overlap_policy": "listen"}}')
         errors = lambda: [m["error"]["code"] for m in client.messages if m["type"] == "error"]  # noqa: E731
-        await wait_for(lambda: len(errors()) == 4, 5, "error events for bad page messages")
+        await until(lambda: len(errors()) == 4, 5, "error events for bad page messages")
         assert errors() == ["invalid_json", "invalid_field", "unsupported_event", "message_too_large"]
-        await wait_for(lambda: session.audio.overlap_policy == "listen", 5, "the page's settings")
+        await until(lambda: session.audio.overlap_policy == "listen", 5, "the page's settings")
         assert SessionUpdate(session={"overlap_policy": "listen"}) in backend.conversations[0].sent
     finally:
         await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
     assert backend.conversations[0].closed_reason is not None
 
@@ -64,26 +65,26 @@ async def test_caller_speech_over_the_agent_silences_it_at_the_edge(host_address
     client = ClientPeer(host_address, frames_of(caller))
     try:
         await client.connect(http)
-        await wait_for(lambda: client.loud_frames() >= 10, 10, "the agent's audio at the client")
+        await until(lambda: client.loud_frames() >= 10, 10, "the agent's audio at the client")
         conversation = backend.conversations[0]
-        await wait_for(lambda: conversation.sent_of(ResponseCancel), 10, "an edge barge-in")
+        await until(lambda: conversation.sent_of(ResponseCancel), 10, "an edge barge-in")
         cancel = conversation.sent_of(ResponseCancel)[0]
         ack = conversation.sent_of(PlaybackAck)[0]
         assert (cancel.response_id, cancel.reason) == ("talk", "barge_in")
         assert ack.response_id == "talk" and 500 < ack.played_ms < 3000
         figures = app[WEBRTC_PEERS].sessions[client.pc_id].audio.figures
-        await wait_for(lambda: figures.last("barge_in_ms") is not None, 1, "the first silent frame")
+        await until(lambda: figures.last("barge_in_ms") is not None, 1, "the first silent frame")
         barge_in_ms = figures.last("barge_in_ms")
         print(f"barge-in latency over aiortc: {barge_in_ms:.1f} ms; played {ack.played_ms:.0f} ms before it")
         assert barge_in_ms < 100
         # Frames sent before the first silent one may still be on their way (the network, the
         # client's jitter buffer): the barge-in has settled once a silent frame reached the client.
         quiet = lambda frame: float(np.sqrt(np.mean(frame**2))) < 0.05  # noqa: E731
-        await wait_for(lambda: quiet(client.received[-1]), 5, "the first silent frame at the client")
+        await until(lambda: quiet(client.received[-1]), 5, "the first silent frame at the client")
         heard, loud = len(client.received), client.loud_frames(0.05)
-        await wait_for(lambda: len(client.received) >= heard + 25, 5, "more frames")
+        await until(lambda: len(client.received) >= heard + 25, 5, "more frames")
         assert client.loud_frames(0.05) == loud  # nothing loud after the barge-in settles
     finally:
         await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()

@@ -9,8 +9,9 @@ from duplex_agent.agent.protocol.events import SessionUpdate
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend
 
 pytestmark = pytest.mark.asyncio
@@ -45,10 +46,10 @@ async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_addr
     try:
         status, answer = await offer(first, http, resumable=True)
         assert status == 200 and answer["resume_token"]
-        await wait_for(lambda: first.loud_frames() >= 10, 10, "echoed audio on the first connection")
+        await until(lambda: first.loud_frames() >= 10, 10, "echoed audio on the first connection")
         conversation = backend.conversations[0]
         await first.close()  # the page's network goes
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to notice")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to notice")
         assert conversation.closed_reason is None  # parked, not closed
 
         status, refused = await offer(stranger, http, resume={"pc_id": answer["pc_id"], "resume_token": "nope"})
@@ -56,7 +57,7 @@ async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_addr
         status, again = await offer(second, http, resume={"pc_id": answer["pc_id"],
                                                          "resume_token": answer["resume_token"]})
         assert status == 200 and again["resume_token"] != answer["resume_token"]
-        await wait_for(lambda: second.loud_frames() >= 10, 10, "echoed audio on the second connection")
+        await until(lambda: second.loud_frames() >= 10, 10, "echoed audio on the second connection")
         assert len(backend.conversations) == 1  # the same conversation, no new one
         assert len(conversation.sent_of(SessionUpdate)) == 2
         status, reused = await offer(ClientPeer(host_address, frames_of(tone(1000, rate=48000))), http,
@@ -65,7 +66,7 @@ async def test_a_dropped_resumable_peer_reattaches_to_its_conversation(host_addr
     finally:
         for client in (first, second, stranger):
             await client.close()
-        await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peers")
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peers")
         await app[WEBRTC_PEERS].close_all()
         await http.close()
     assert conversation.closed_reason is not None
@@ -77,10 +78,10 @@ async def test_nobody_coming_back_closes_the_conversation_after_the_grace_period
     client = ClientPeer(host_address, frames_of(tone(2000, rate=48000)))
     try:
         await offer(client, http, resumable=True)
-        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        await until(lambda: client.loud_frames() >= 5, 10, "echoed audio")
         await client.close()
         conversation = backend.conversations[0]
-        await wait_for(lambda: conversation.closed_reason is not None, 10, "the grace period to end")
+        await until(lambda: conversation.closed_reason is not None, 10, "the grace period to end")
         assert conversation.closed_reason == "disconnect_grace_expired"
     finally:
         await http.close()
@@ -93,9 +94,9 @@ async def test_a_peer_that_did_not_ask_to_be_resumable_ends_its_conversation_at_
     try:
         status, answer = await offer(client, http)
         assert status == 200 and "resume_token" not in answer
-        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        await until(lambda: client.loud_frames() >= 5, 10, "echoed audio")
         await client.close()
-        await wait_for(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
+        await until(lambda: backend.conversations[0].closed_reason is not None, 10, "the conversation to close")
     finally:
         await http.close()
 
@@ -108,12 +109,12 @@ async def test_a_hang_up_that_races_the_peer_dropping_still_ends_the_conversatio
     registry = app[WEBRTC_PEERS]
     try:
         status, answer = await offer(client, http, resumable=True)
-        await wait_for(lambda: client.loud_frames() >= 5, 10, "echoed audio")
+        await until(lambda: client.loud_frames() >= 5, 10, "echoed audio")
         session = registry.sessions[answer["pc_id"]]
         registry.finish(session, "connection_closed")  # the drop is seen first; its close has not begun yet
         assert await registry.hang_up(answer["pc_id"])  # the DELETE's handler, in the same loop turn
         conversation = backend.conversations[0]
-        await wait_for(lambda: conversation.closed_reason is not None, 10, "the conversation to end")
+        await until(lambda: conversation.closed_reason is not None, 10, "the conversation to end")
         assert conversation.closed_reason == "client_close"
         response = await http.delete("/api/offer", json={"pc_id": answer["pc_id"]})
         assert response.status == 404  # nothing is left of it, parked or otherwise

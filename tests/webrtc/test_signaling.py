@@ -6,8 +6,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.webrtc.direct.signaling import MAX_BODY_BYTES, WEBRTC_PEERS, register_webrtc_routes
 from tests.support.audio import tone
+from tests.support.waits import until
 
-from .client_peer import ClientPeer, frames_of, wait_for
+from .client_peer import ClientPeer, frames_of
 from .fakes import EchoBackend, EnergyVadModel
 
 pytestmark = pytest.mark.asyncio
@@ -98,10 +99,10 @@ async def test_server_still_answers_a_good_offer_after_bad_ones(server, host_add
         assert await error_of(await http.patch("/api/offer", json=bad_candidate)) == (400, "invalid_candidate")
         end = {"pc_id": client.pc_id, "candidates": [{"candidate": "", "sdp_mid": "0", "sdp_mline_index": 0}]}
         assert (await http.patch("/api/offer", json=end)).status == 204
-        await wait_for(lambda: client.pc.connectionState == "connected", 10, "the peer to connect")
+        await until(lambda: client.pc.connectionState == "connected", 10, "the peer to connect")
     finally:
         await client.close()
-    await wait_for(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+    await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
     assert backend.conversations[0].closed_reason is not None
 
 
