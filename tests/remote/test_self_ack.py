@@ -1,7 +1,7 @@
 """Acks this side sends for its transport, and the ``output_audio_buffer.clear`` after a partial one.
 
 vLLM-Omni 0.30.0 keeps a finished reply's turn busy while the acknowledged playback is short of the
-audio it sent (agent/remote/conversation.py explains the rule and where it comes from); these tests
+audio it sent (agent/remote/self_acks.py explains the rule and where it comes from); these tests
 check, on a recording server, what goes out and in what order.
 """
 
