@@ -147,6 +147,7 @@ class RemoteConversation(Conversation):
             await self._ended.wait()
             return
         self._close_reason = reason
+        # The session ends here: a socket that drops now is not resumed, and no ack goes out for the transport.
         self._connection.stop_resuming()
         self._self_acks.stop()
         if self.remote.extended and self._connection.socket_open:

@@ -101,7 +101,7 @@ class SelfAcks:
         playback.timer = asyncio.get_running_loop().call_later(delay, self._ack_when_played, response_id)
 
     def acked_by_transport(self, response_id: str) -> None:
-        """The transport speaks for this reply (or it is forgotten): no ack from here."""
+        """The transport speaks for this reply: no ack from here."""
         self._take(response_id)
 
     def owed(self) -> list[dict[str, Any]]:
