@@ -82,7 +82,7 @@ class _Arrivals:
     async def played_out(self, audio_ms: float) -> None:
         """Wait (after the reply, outside what is timed) until a caller playing the reply in real time
         from its first audio has heard it all, and our backend has acknowledged it for the caller
-        (agent.remote.conversation: half a second after). vLLM-Omni holds a reply until it is
+        (agent.remote.self_acks: half a second after). vLLM-Omni holds a reply until it is
         acknowledged, and a next turn committed sooner, its reply acknowledged as heard only in part
         (truncated), gets no response from vLLM-Omni 0.30.0."""
         heard_at = self.committed + (self.arrivals[FIRST_AUDIO] + audio_ms) / 1000 + PLAYED_OUT_MARGIN_S

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 
 from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.agent.remote.conversation import RemoteConversation, real_time_heard_ms
+from duplex_agent.agent.remote.conversation import RemoteConversation
+from duplex_agent.agent.remote.self_acks import real_time_heard_ms
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.agent.session.responses import item_text

@@ -14,7 +14,7 @@ ack therefore covers everything written up to the k-th heartbeat. Heartbeats go 
 after every control message and after every ``receipt_every_ms`` of audio.
 
 After a resume, once the answers to everything the old socket delivered are in (the
-conversation waits for its resume probe's answer), what is still here is what the server does
+connection waits for its resume probe's answer), what is still here is what the server does
 not have, or may not have:
 - everything from the first uncovered heartbeat on never reached it: sent again, in order;
 - before that heartbeat lies at most one control message, or one stretch of audio, whose fate
@@ -29,6 +29,9 @@ import json
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+from duplex_agent.agent.remote.answers import ExpectedAnswers
 
 
 class Role(Enum):
@@ -51,15 +54,16 @@ class Outgoing:
             self.role = Role.AUDIO if self.audio_ms > 0 else Role.CONTROL
 
 
-#: ``event_id`` prefix of the heartbeats this log asks for.
-RECEIPT_EVENT_PREFIX = "evt_receipt"
-
-
 class SentLog:
-    """Messages written to the socket and not yet covered by a receipt, oldest first."""
+    """Messages written to the socket and not yet covered by a receipt, oldest first.
 
-    def __init__(self, receipt_every_ms: float = 200.0) -> None:
+    ``answers``: where the receipts' ids are registered, so that an ``error`` answering one (a
+    receipt too: the server took everything before it) comes here and not to the transport.
+    """
+
+    def __init__(self, receipt_every_ms: float = 200.0, answers: ExpectedAnswers | None = None) -> None:
         self.receipt_every_ms = receipt_every_ms
+        self._answers = answers if answers is not None else ExpectedAnswers()
         self._written: deque[Outgoing] = deque()
         self._uncovered = False  # something that matters was written since the last heartbeat
         self._audio_since_receipt_ms = 0.0
@@ -120,5 +124,11 @@ class SentLog:
 
     def _receipt(self) -> Outgoing:
         self._receipts += 1
-        return Outgoing(json.dumps({"type": "session.heartbeat", "event_id": f"{RECEIPT_EVENT_PREFIX}_{self._receipts}"}),
-                        role=Role.RECEIPT)
+        event_id = f"evt_receipt_{self._receipts}"
+        self._answers.expect(event_id, self._refused)
+        return Outgoing(json.dumps({"type": "session.heartbeat", "event_id": event_id}), role=Role.RECEIPT)
+
+    def _refused(self, error: dict[str, Any]) -> bool:
+        """An ``error`` answering a receipt still covers what was written before it."""
+        self.received()
+        return True

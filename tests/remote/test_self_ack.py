@@ -1,7 +1,7 @@
 """Acks this side sends for its transport, and the ``output_audio_buffer.clear`` after a partial one.
 
 vLLM-Omni 0.30.0 keeps a finished reply's turn busy while the acknowledged playback is short of the
-audio it sent (agent/remote/conversation.py explains the rule and where it comes from); these tests
+audio it sent (agent/remote/self_acks.py explains the rule and where it comes from); these tests
 check, on a recording server, what goes out and in what order.
 """
 
@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.remote.answers import ExpectedAnswers
 from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.responses import ServerResponses
+from duplex_agent.agent.remote.self_acks import SELF_ACK_MARGIN_S, SelfAcks
+from duplex_agent.agent.remote.session import parse_session_created
 
 from .fake_server import OMNI_CAPS, FakeServer, FakeSession, audio_delta, response_done, session_created
 
@@ -129,3 +133,63 @@ async def test_the_transports_own_acks_go_out_alone(opened):
     received = await _received_until(session, "input_audio_buffer.commit")
     assert _types(received) == ["playback.ack", "playback.ack", "input_audio_buffer.commit"]
     await conversation.close()
+
+
+# ---- the policy alone, without a socket ----
+
+
+def _policy() -> tuple[SelfAcks, ServerResponses, ExpectedAnswers, list[dict]]:
+    remote = parse_session_created(session_created(caps=CAPS), model="m", max_sessions=1)
+    responses, answers, queued = ServerResponses(), ExpectedAnswers(), []
+    return SelfAcks(remote, responses, answers, queued.extend), responses, answers, queued
+
+
+def _heard(acks: SelfAcks, responses: ServerResponses, response_id: str, ms: float) -> None:
+    responses.created(p.ResponseCreated(response_id, f"item_{response_id}"))
+    acks.heard(p.ResponseAudioDelta(response_id, f"item_{response_id}", np.zeros(0, np.float32), 24000, 0.0, ms))
+
+
+async def test_a_finished_reply_not_yet_heard_is_owed_a_partial_ack_and_a_clear_whose_answers_stay_here():
+    acks, responses, answers, queued = _policy()
+    _heard(acks, responses, "r1", LONG_REPLY_MS)
+    assert acks.owed() == []  # still arriving: nothing is owed yet
+    acks.ended("r1")
+    ack, clear = acks.owed()
+    assert ack["type"] == "playback.ack" and ack["truncate"] is True and ack["item_id"] == "item_r1"
+    assert 0 <= ack["played_ms"] == ack["committed_ms"] < LONG_REPLY_MS
+    assert clear == {"type": "output_audio_buffer.clear", "event_id": "evt_self_ack_2"}
+    assert acks.is_own_clear(p.OutputAudioBufferCleared("r1")) and acks.owed() == []
+    refusal = {"type": "error", "error": {"code": "response_not_active", "event_id": ack["event_id"]}}
+    assert answers.take(refusal) and answers.take({**refusal, "error": {"event_id": "evt_self_ack_2"}})
+    assert queued == []
+
+
+async def test_a_cut_or_older_reply_gets_no_clear_and_a_transports_ack_cancels_ours():
+    acks, responses, _, queued = _policy()
+    _heard(acks, responses, "r1", LONG_REPLY_MS)
+    _heard(acks, responses, "r2", LONG_REPLY_MS)
+    responses.cut.add("r2")
+    _heard(acks, responses, "r3", LONG_REPLY_MS)
+    for response_id in ("r1", "r2", "r3"):
+        acks.ended(response_id)
+    acks.acked_by_transport("r3")
+    assert [(m["type"], m.get("response_id")) for m in acks.owed()] == [("playback.ack", "r1"), ("playback.ack", "r2")]
+    await asyncio.sleep(SELF_ACK_MARGIN_S + 0.2)
+    assert queued == []  # nothing is left to ack when the timers fire
+
+
+async def test_a_reply_that_played_out_is_acked_whole_by_its_timer_and_nothing_after_stop():
+    acks, responses, _, queued = _policy()
+    _heard(acks, responses, "r1", 50.0)
+    acks.ended("r1")
+    _heard(acks, responses, "r2", 50.0)
+    acks.ended("r2")
+    acks.stop()
+    await asyncio.sleep(SELF_ACK_MARGIN_S + 0.3)
+    assert queued == []
+    acks, responses, _, queued = _policy()
+    _heard(acks, responses, "r1", 50.0)
+    acks.ended("r1")
+    await asyncio.sleep(SELF_ACK_MARGIN_S + 0.3)
+    assert queued == [{"type": "playback.ack", "response_id": "r1", "played_ms": 50, "committed_ms": 50,
+                       "event_id": "evt_self_ack_1", "item_id": "item_r1"}]
