@@ -182,14 +182,15 @@ async def test_two_rooms_at_once_in_one_worker_each_hear_their_own_reply(livekit
     try:
         replies = await asyncio.gather(alice.say_and_listen(questions[0], timeout=120),
                                        bob.say_and_listen(questions[1], timeout=120))
-        for reply, question, own, other in zip(replies, questions, ("table", "london"),
-                                               ({"london", "weather"}, {"table", "tonight"})):
-            # each room's agent said back that room's question (its transcript in that room) ...
-            assert words(reply.transcript) == words("You said: " + question), reply
+        for reply, own, other in zip(replies, ({"table"}, {"london"}), ({"london", "weather"}, {"table", "tonight"})):
+            # each room's agent said back that room's question (its transcript in that room), as its
+            # Whisper heard it through Opus and the SFU (once, under load: "a table will for two") ...
+            said = set(words(reply.transcript))
+            assert words(reply.transcript)[:2] == ["you", "said"] and own <= said and not other & said, reply
             # ... and its caller heard it, none of the other's: Whisper on the agent's natural voice
             # may mishear the soft "You said" (seen once under load as "You used to dead")
             heard = set(words(reply.heard))
-            assert own in heard and not other & heard, reply
+            assert own <= heard and not other & heard, reply
         # one model load for both jobs: the process loaded the reference voice once
         assert worker.log().count("loading Piper voice from") == 1
     finally:

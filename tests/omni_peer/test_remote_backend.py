@@ -19,6 +19,7 @@ from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, rep
 from tests.omni_peer.processes import OmniPeer
 from tests.serve_process import ServeProcess
 from tests.support.audio import tone
+from tests.support.waits import until
 from tests.tcp_relay import RelayThread
 
 #: Each scripted word is 0.3 s of audio; "reply N" itself is not spoken.
@@ -93,14 +94,6 @@ async def _until_done(client: OmniClient, reply, timeout: float = REPLY_TIMEOUT_
     while reply.status is None:
         assert loop.time() < deadline, f"no response.done within {timeout} s: {reply.names[-12:]}"
         reply.add(await client.recv(max(0.01, deadline - loop.time())))
-
-
-async def _until(condition, what: str, timeout: float = REPLY_TIMEOUT_S) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def _check_full_reply(reply, index: int, words: int) -> None:
@@ -183,7 +176,7 @@ async def test_dropped_backend_socket_resumes_with_nothing_lost(call, stack16):
     stack16.relay.swallow_upstream()
     await acknowledge(client, first)  # a caller that acknowledges: only the resume is under test
     await _ask(client, response_create=True)
-    await _until(lambda: stack16.relay.swallowed > 20000, "the question's audio to be written into the dying link")
+    await until(lambda: stack16.relay.swallowed > 20000, REPLY_TIMEOUT_S, "the question's audio to be written into the dying link")
     assert stack16.relay.cut() >= 1
     # "reply 2": the peer's session still holds turn 1, so this is the same session, resumed.
     _check_full_reply(await next_reply(client), 2, stack16.words)

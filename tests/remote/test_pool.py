@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.remote.conversation_events import events_until
 from tests.support.audio import tone
+from tests.support.waits import until
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
 
@@ -85,14 +85,6 @@ async def pools():
         await pool.close()
 
 
-async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not check():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def ask(conversation) -> None:
     conversation.send(p.InputAudioBufferAppend(tone(300)))
     conversation.send(p.InputAudioBufferCommit())
@@ -123,22 +115,22 @@ async def test_each_new_call_goes_to_the_backend_with_the_most_free_sessions(ser
     small, large = await served(max_sessions=1), await served(max_sessions=3)
     pool = await pools(f"{small.url},{large.url}")
     members = {m.spec: m for m in pool.members}
-    await until(lambda: all(m.backend.server_free_sessions is not None for m in members.values()), "probes")
+    await until(lambda: all(m.backend.server_free_sessions is not None for m in members.values()), 15.0, "probes")
     first = await pool.open()
     assert first.backend_url == members[large.url].url  # 3 free beats 1
-    await until(lambda: members[large.url].backend.server_free_sessions == 2, "the large one's new figure")
-    await until(lambda: pool.server_free_sessions == 3, "the pool's figure")  # 1 + 2
+    await until(lambda: members[large.url].backend.server_free_sessions == 2, 15.0, "the large one's new figure")
+    await until(lambda: pool.server_free_sessions == 3, 15.0, "the pool's figure")  # 1 + 2
     second = await pool.open()
     assert second.backend_url == members[large.url].url  # 2 free beats 1
-    await until(lambda: members[large.url].backend.server_free_sessions == 1, "the large one's figure")
+    await until(lambda: members[large.url].backend.server_free_sessions == 1, 15.0, "the large one's figure")
     rtts = {url: members[url].rtt_s() for url in members}
     third = await pool.open()
     # 1 free each: the shorter round trip wins.
     assert third.backend_url == members[min(rtts, key=rtts.get)].url
-    await until(lambda: pool.server_free_sessions == 1, "the pool's last free session")
+    await until(lambda: pool.server_free_sessions == 1, 15.0, "the pool's last free session")
     fourth = await pool.open()
     assert fourth.backend_url != third.backend_url
-    await until(lambda: pool.server_free_sessions == 0, "a full pool")
+    await until(lambda: pool.server_free_sessions == 0, 15.0, "a full pool")
     with pytest.raises(AdmissionError) as refused:
         await pool.open()
     assert refused.value.code == "resource_exhausted"
@@ -178,7 +170,7 @@ async def test_a_refusing_backend_is_cooled_down_and_the_call_goes_to_another(se
         await conversation.close()
         # Still refusing once cooled down: the next cooldown is longer. The pool's own record of each
         # cooldown it set, not the time left now (which shrinks with however late this poll wakes).
-        await until(lambda: member.failures >= 2, "a second try", timeout=20)
+        await until(lambda: member.failures >= 2, 20, "a second try")
         assert cooldowns()[:2] == [(1.0, 1), (2.0, 2)], cooldowns()
     finally:
         await refusing.close()
@@ -258,7 +250,7 @@ async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_o
         conversation = await asyncio.wait_for(pool.open(), 15)
         hung = next(m for m in pool.members if m.spec == hang_url)
         assert conversation.backend_url != hung.url
-        await until(lambda: hung.failures >= 1, "the hung backend counted as failed")
+        await until(lambda: hung.failures >= 1, 15.0, "the hung backend counted as failed")
         await conversation.close()
         # Removed from the file, it takes nothing more.
         listed.write_text(good.url + "\n")
@@ -287,10 +279,10 @@ async def test_a_livekit_worker_on_a_pool_reports_the_pools_free_capacity(served
 
     one, two = await served(max_sessions=1), await served(max_sessions=1)
     pool = await pools(f"{one.url},{two.url}")
-    await until(lambda: pool.server_free_sessions == 2, "both backends' figures")
+    await until(lambda: pool.server_free_sessions == 2, 15.0, "both backends' figures")
     assert worker_load(pool, [], 4) == 0.5  # 4 call slots here, 2 sessions left behind them
     calls = [await pool.open(), await pool.open()]
-    await until(lambda: pool.server_free_sessions == 0, "a full pool")
+    await until(lambda: pool.server_free_sessions == 0, 15.0, "a full pool")
     assert worker_load(pool, calls, 4) == 1.0  # full: LiveKit sends this worker no more jobs
     for conversation in calls:
         await conversation.close()
@@ -316,10 +308,10 @@ async def test_vllm_omnis_health_is_read_when_there_is_no_healthz():
     probe = asyncio.create_task(capacity.probe(URL(str(server.make_url("/v1/realtime?duplex=1"))), {},
                                                interval_s=0.05))
     try:
-        await until(lambda: capacity.rtt_s is not None, "a probe through /health")
+        await until(lambda: capacity.rtt_s is not None, 15.0, "a probe through /health")
         assert capacity.alive and capacity.free_sessions is None  # alive, capacity unknown
         state["status"] = 503
-        await until(lambda: not capacity.alive, "the dead engine seen")
+        await until(lambda: not capacity.alive, 15.0, "the dead engine seen")
         assert capacity.free_sessions == 0
     finally:
         probe.cancel()
@@ -401,14 +393,14 @@ async def test_a_session_claimed_since_the_probe_last_asked_is_not_counted_free_
                                                interval_s=1.0))
     try:
         (await next_ask()).set_result(2)
-        await until(lambda: capacity.free_sessions == 2, "the first reading")
+        await until(lambda: capacity.free_sessions == 2, 15.0, "the first reading")
         asked = await next_ask()
         capacity.claimed()  # a call placed after the probe asked: its reading will not know it
         assert capacity.free_sessions == 1
         asked.set_result(3)  # one free on the server, by a reading asked before the claim: the claim still counts
-        await until(lambda: capacity.free_sessions == 0, "the reading that lacks the claim")
+        await until(lambda: capacity.free_sessions == 0, 15.0, "the reading that lacks the claim")
         (await next_ask()).set_result(3)  # the same figure, asked after the claim: the server has counted it
-        await until(lambda: capacity.free_sessions == 1, "the reading that has the claim")
+        await until(lambda: capacity.free_sessions == 1, 15.0, "the reading that has the claim")
     finally:
         probe.cancel()
         await asyncio.gather(probe, return_exceptions=True)

@@ -22,6 +22,7 @@ from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.plugins.reference.plugin import ReferencePlugin
+from tests.support.waits import until
 from tests.tcp_relay import TcpRelay
 
 
@@ -40,14 +41,6 @@ async def relayed():
     await relay.stop()
     await server.close()
     await local.close()
-
-
-async def _wait_for(condition, what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 async def _not_found_answers(conversation, item_ids: list[str], timeout: float = 10.0) -> list[str]:
@@ -77,7 +70,7 @@ async def test_events_written_into_a_dead_socket_reach_our_server_once_in_order_
     conversation.send(p.ConversationItemRetrieve(item_id="nope", event_id=lost[1]))
     conversation.send(p.ConversationItemRetrieve(item_id="nope", event_id=lost[2]))
     # At least the five appends (each over 4 kB on the wire) went into the link before it is cut.
-    await _wait_for(lambda: relay.swallowed > 5 * 4000, "the appends to be written")
+    await until(lambda: relay.swallowed > 5 * 4000, 10.0, "the appends to be written")
     assert relay.cut() >= 1
 
     assert await _not_found_answers(conversation, lost) == lost  # each once, in order
