@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from bench.call_figures import FLOORS, Round, Run, is_control, kind, over_livekit, per_call
+from bench.report import Report
 from bench.stats import histogram_quantile, percentile, summary
 from bench.worker_profile import WAITING
 
-#: What each path is held to: % of a core per call (the issue's targets); echo is the floor.
+#: What each path is held to: % of a core per call, the targets the paths were built to; echo is the floor.
 TARGET_PER_CALL = {"direct": 3.5, "livekit": 2.0}
 #: Per call at the largest N over per call at the smallest: "linear" means within this.
 LINEAR_WITHIN = 1.1
@@ -257,6 +258,42 @@ def livekit_barge_in_floors(run: Run) -> list[BargeInFloor]:
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
     return percentile(values, 50), percentile(values, 95)
+
+
+def median_per_call(run: Run, path: str, sessions: int) -> tuple[float, int]:
+    """The median % of a core per call over a path's measured rounds at ``sessions`` calls, and how many."""
+    mine = [per_call(r, run.idle) for r in run.rounds
+            if r.path == path and r.sessions == sessions and r.measured(run.cores)]
+    return (statistics.median(mine) if mine else float("nan")), len(mine)
+
+
+def add_figures(report: Report, run: Run, verdicts: Verdicts) -> None:
+    """The run's headline figures into ``report``: LiveKit barge-in beside the bare livekit.rtc agent, and
+    CPU per call at the smallest call count beside the floor the run has (direct beside LiveKit, else echo)."""
+    if verdicts.livekit_floors:
+        floor = verdicts.livekit_floors[0]
+        for i, q in enumerate((50, 95)):
+            report.add(f"livekit.bargein_heard_p{q}", f"barge-in as a LiveKit caller hears it, p{q}, {floor.sessions} "
+                       "call(s) through the loopback SFU; floor: a bare livekit.rtc agent", floor.ours_ms[i],
+                       floor=floor.floor_ms[i], unit="ms", n=floor.ours_n, area="barge-in")
+    counts = sorted({r.sessions for r in run.rounds})
+    if not counts:
+        return
+    n = counts[0]
+    paths = {kind(p) for p in run.paths if not is_control(p)}
+    if {"livekit", "direct"} <= paths:
+        ours, rounds = median_per_call(run, "livekit", n)
+        floor_value, _ = median_per_call(run, "direct", n)
+        report.add("livekit.cpu_per_call", f"worker CPU per call, LiveKit (the SFU's own left out), {n} calls; "
+                   "floor: the direct WebRTC worker in the same run", ours, floor=floor_value,
+                   unit="% of a core", n=rounds, compare="ratio", area="CPU")
+    for path in sorted(paths - set(FLOORS)):
+        if "echo" in paths:
+            ours, rounds = median_per_call(run, path, n)
+            floor_value, _ = median_per_call(run, "echo", n)
+            report.add(f"{path}.cpu_per_call_vs_echo", f"worker CPU per call, {path}, {n} calls; floor: bare "
+                       "aiortc echo peers", ours, floor=floor_value, unit="% of a core", n=rounds,
+                       compare="ratio", area="CPU")
 
 
 # ---------------------------------------------------------------- printing
