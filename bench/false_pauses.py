@@ -277,10 +277,16 @@ async def run(offsets: int, opus: bool, report: Report) -> None:
         print(f"   {mode_name:8} skipped in resumed replies: max "
               f"{max([t.skipped_ms or 0.0 for t in paused], default=0.0):.1f} ms")
         if mode_name == "pause":  # the worker's rule
-            report.add("false_pauses.cancelled", f"coughs, knocks, grunts and backchannels over the agent that "
+            # Backchannels are speech: whether they should cancel is the overlap policy's call, so apart.
+            noises = [t for group in ("sounds", "background") for t in totals[group][mode_name]]
+            backchannels = totals["backchannels"][mode_name]
+            report.add("false_pauses.cancelled", f"knocks, coughs, short grunts and room noise over the agent that "
                        f"cancelled its reply{' (through Opus)' if opus else ''}",
-                       100 * sum(t.cancelled for t in paused) / max(1, len(paused)), unit="%", n=len(paused),
+                       100 * sum(t.cancelled for t in noises) / max(1, len(noises)), unit="%", n=len(noises),
                        area="barge-in")
+            report.add("false_pauses.backchannels_cancelled", "backchannels (\"mm-hm\", \"yeah\") over the agent "
+                       "that cancelled its reply", 100 * sum(t.cancelled for t in backchannels) / max(1, len(backchannels)),
+                       unit="%", n=len(backchannels), area="barge-in")
             report.add("false_pauses.resumed_within_300ms", "false pauses whose reply came back within 300 ms of "
                        "the sound's onset", 100 * sum(b <= 300 for b in back) / len(back) if back else None,
                        unit="%", n=len(back), area="barge-in")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import statistics
 
 from aiortc.jitterbuffer import JitterBuffer
@@ -115,7 +116,7 @@ def run(runs: int, report: Report) -> None:
                   f"{statistics.median(d):7.1f} ms {percentile(d, 95):5.1f} ms {percentile(lags[which], 95):5.1f} ms"
                   f"  {100 * lost / frames:.1f} %")
         # The floor is aiortc's buffer as shipped, fed the same packets.
-        slug = "" if name == HEADLINE else "." + "".join(c if c.isalnum() else "_" for c in name).strip("_")
+        slug = "" if name == HEADLINE else "." + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
         report.add(f"receive_buffer.lost{slug}", f"caller frames the worker never got, {name} (simulated)",
                    missing_share["ours"], floor=missing_share["aiortc"], unit="%", n=frames, area="network")
         report.add(f"receive_buffer.delay_p95{slug}", f"receive buffer's delay p95, arrival to handoff, {name}",
