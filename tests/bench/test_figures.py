@@ -78,3 +78,16 @@ def test_a_report_writes_records_the_generator_reads(tmp_path):
         ("x.latency", 2.5, None), ("x.cost", None, 1.5), ("x.unmeasured", None, None)]
     assert written[0]["command"] == "python -m bench.some_bench --quick" and written[0]["quick"] is True
     assert len(written[0]["load"]) == 2 and written[0]["cpu_model"]
+
+
+def test_the_suite_names_real_benches_and_skips_one_that_needs_root_without_it(monkeypatch):
+    from pathlib import Path
+
+    from bench import __main__ as suite
+
+    folder = Path(suite.__file__).parent
+    assert all((folder / f"{b.name}.py").exists() for b in suite.SUITE)
+    assert len({b.name for b in suite.SUITE}) == len(suite.SUITE)
+    lossy = next(b for b in suite.SUITE if b.name == "lossy_network")
+    monkeypatch.setattr(suite.os, "geteuid", lambda: 1000)
+    assert "needs root" in suite.unmet(lossy)
