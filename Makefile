@@ -15,7 +15,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test test-venv suite test-fast lint typecheck bench install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev test test-venv suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -137,8 +137,19 @@ typecheck: $(VENV)/.installed-dev
 	@$(BIN)/mypy -p duplex_agent > build/typecheck/mypy.out; rc=$$?; \
 		sed 's|^$(TYPECHECK_ROOT)/||' build/typecheck/mypy.out; exit $$rc
 
-bench: install-dev
+# The scenario benchmarks (bench/__main__.py), each in its own process, each writing
+# bench/results/<name>.json; then docs/figures.md and the README's figures from those files.
+# bench-quick: each one's --quick form. One needs root (network namespaces) and says so when skipped.
+bench: install-dev install-moshi
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench
+	$(BIN)/python -m bench.figures
+
+bench-quick: install-dev install-moshi
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench --quick
+	$(BIN)/python -m bench.figures
+
+figures: | $(BIN)/python
+	$(BIN)/python -m bench.figures
 
 clean:
 	rm -rf $(VENV) $(OMNI_VENV) artifacts .pytest_cache frontend/node_modules

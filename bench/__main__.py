@@ -1,37 +1,93 @@
-"""`make bench`: every benchmark, one after another, each in its own process.
+"""`make bench`: every scenario benchmark, one after another, each in its own process.
 
-``python -m bench --quick`` passes --quick to the call-path benchmarks (4 and 16 calls, short windows).
+``python -m bench --quick`` (``make bench-quick``) runs each one's short form. Each writes its figures to
+bench/results/<name>.json (``bench.report``); ``python -m bench.figures`` renders them into
+docs/figures.md and the README. ``python -m bench --only a,b`` runs the named ones.
+
+A bench that needs something this machine may lack (root for network namespaces, the vLLM-Omni venv)
+is skipped with a line saying why, so the suite still runs end to end.
 """
 
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-BENCHMARKS = (
-    ("bench.runtime_overhead", []),
-    ("bench.turn_latency", ["20"]),
-    ("bench.caller_turn_latency", []),
-    ("bench.vad_pass", []),
-    ("bench.end_of_turn_cost", []),
-    ("bench.direct_path", []),
-    ("bench.receive_buffer", []),
-    ("bench.livekit_path", []),
-    ("bench.remote_hop", ["100"]),
-    ("bench.wire_encoding", []),
-    ("bench.access_overhead", []),
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str  # the module under bench/ and the results file's name
+    question: str  # the figure a user reads
+    full: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ("--quick",)
+    needs: str = ""  # "root": network namespaces; "moshi": the moshi package
+
+
+def _needs_root() -> str:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces): run it with sudo"
+    if shutil.which("ip") is None:
+        return "needs ip (iproute2) for network namespaces"
+    return ""
+
+
+SUITE = (
+    Bench("direct_heard", "barge-in as a direct WebRTC caller hears it, beyond a bare aiortc peer"),
+    Bench("livekit_path", "barge-in as a LiveKit caller hears it, beyond a bare livekit.rtc agent"),
+    Bench("false_pauses", "coughs, knocks and backchannels over the agent: resumed, not cancelled"),
+    Bench("receive_buffer", "caller frames lost on a lossy, jittery network: ours vs aiortc's buffer"),
+    Bench("lossy_network", "words the worker heard through a network that loses and reorders", needs="root"),
+    Bench("livekit_vs_direct", "worker CPU per call: LiveKit beside direct WebRTC"),
+    Bench("remote_hop", "what the hop to a remote vLLM-Omni server adds per event"),
+    Bench("backend_failover", "the gap a caller hears when its GPU host dies"),
+    Bench("livekit_agents_bargein", "barge-in in a LiveKit Agents app: our DuplexModel vs LiveKit's adapter"),
+    Bench("caller_turn_latency", "turn latency as the caller hears it"),
+    Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),
 )
-TAKES_QUICK = {"bench.direct_path", "bench.livekit_path"}
 
 
-def main() -> int:
-    quick = "--quick" in sys.argv[1:]
-    failed = []
-    for module, args in BENCHMARKS:
-        args = [*args, "--quick"] if quick and module in TAKES_QUICK else args
-        print(f"\n######## python -m {module} {' '.join(args)}".rstrip(), flush=True)
-        if subprocess.run([sys.executable, "-m", module, *args]).returncode != 0:
-            failed.append(module)
-    if failed:
-        print(f"\nbenchmarks that did not finish: {', '.join(failed)}")
+def unmet(bench: Bench) -> str:
+    """Why this bench cannot run here, or ''."""
+    if bench.needs == "root":
+        return _needs_root()
+    if bench.needs == "moshi" and importlib.util.find_spec("moshi") is None:
+        return "needs the moshi package (make install-moshi)"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="each bench's short form")
+    parser.add_argument("--only", default="", help="comma-separated bench names")
+    args = parser.parse_args(argv)
+    chosen = [b for b in SUITE if not args.only or b.name in args.only.split(",")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    failed, skipped, started = [], [], time.monotonic()
+    for bench in chosen:
+        why = unmet(bench)
+        if why:
+            print(f"\n######## bench.{bench.name}: skipped: {why}", flush=True)
+            skipped.append(bench.name)
+            continue
+        command = [sys.executable, "-m", f"bench.{bench.name}", *(bench.quick if args.quick else bench.full)]
+        print(f"\n######## python -m bench.{bench.name} {' '.join(command[3:])}".rstrip(), flush=True)
+        begun = time.monotonic()
+        if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
+            failed.append(bench.name)
+        print(f"######## bench.{bench.name}: {time.monotonic() - begun:.0f} s", flush=True)
+    print(f"\n{len(chosen) - len(failed) - len(skipped)} benches ran in {time.monotonic() - started:.0f} s"
+          + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+          + (f"; did not finish: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from bench.call_figures import FLOORS, Round, Run, is_control, kind, over_livekit, per_call
+from bench.report import Report
 from bench.stats import histogram_quantile, percentile, summary
 from bench.worker_profile import WAITING
 
-#: What each path is held to: % of a core per call (the issue's targets); echo is the floor.
+#: What each path is held to: % of a core per call, the targets the paths were built to; echo is the floor.
 TARGET_PER_CALL = {"direct": 3.5, "livekit": 2.0}
 #: Per call at the largest N over per call at the smallest: "linear" means within this.
 LINEAR_WITHIN = 1.1
@@ -257,6 +258,47 @@ def livekit_barge_in_floors(run: Run) -> list[BargeInFloor]:
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
     return percentile(values, 50), percentile(values, 95)
+
+
+def median_per_call(run: Run, path: str, sessions: int) -> tuple[float, int, bool]:
+    """The median % of a core per call over a path's measured rounds at ``sessions`` calls, how many rounds,
+    and whether those were only rounds on a saturated machine (taken when no other was complete)."""
+    rounds = [r for r in run.rounds if r.path == path and r.sessions == sessions and r.complete]
+    measured = [r for r in rounds if r.measured(run.cores)]
+    mine = [per_call(r, run.idle) for r in (measured or rounds)]
+    return (statistics.median(mine) if mine else float("nan")), len(mine), bool(mine) and not measured
+
+
+SATURATED_NOTE = "the machine was saturated in these rounds: the calls did less than their share, so this reads low"
+
+
+def add_figures(report: Report, run: Run, verdicts: Verdicts) -> None:
+    """The run's headline figures into ``report``: LiveKit barge-in beside the bare livekit.rtc agent, and
+    CPU per call at the smallest call count beside the floor the run has (direct beside LiveKit, else echo)."""
+    if verdicts.livekit_floors:
+        floor = verdicts.livekit_floors[0]
+        note = f"the machine was saturated in {floor.saturated} of {floor.rounds} rounds" if floor.saturated else ""
+        for i, q in enumerate((50, 95)):
+            report.add(f"livekit.bargein_heard_p{q}", f"barge-in as a LiveKit caller hears it, p{q}, {floor.sessions} "
+                       "call(s) through the loopback SFU; floor: a bare livekit.rtc agent", floor.ours_ms[i],
+                       floor=floor.floor_ms[i], unit="ms", n=floor.ours_n, area="barge-in", note=note)
+    counts = sorted({r.sessions for r in run.rounds})
+    if not counts:
+        return
+    n = counts[0]
+    paths = {kind(p) for p in run.paths if not is_control(p)}
+    pairs = [("livekit.cpu_per_call", "livekit", "direct", "the direct WebRTC worker in the same run")] \
+        if {"livekit", "direct"} <= paths else []
+    if "echo" in paths:
+        pairs += [(f"{path}.cpu_per_call_vs_echo", path, "echo", "bare aiortc echo peers in the same run")
+                  for path in sorted(paths - set(FLOORS))]
+    for figure, path, below, floor_name in pairs:
+        ours, rounds, saturated = median_per_call(run, path, n)
+        floor_value, _, floor_saturated = median_per_call(run, below, n)
+        left_out = " (the SFU's own CPU left out)" if path == "livekit" else ""
+        report.add(figure, f"worker CPU per call, {path}{left_out}, {n} calls; floor: {floor_name}", ours,
+                   floor=floor_value, unit="% of a core", n=rounds, compare="ratio", area="CPU",
+                   note=SATURATED_NOTE if saturated or floor_saturated else "")
 
 
 # ---------------------------------------------------------------- printing

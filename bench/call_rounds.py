@@ -1,6 +1,6 @@
 """Rounds of N simultaneous calls against workers in processes of their own: CPU per call, from /metrics.
 
-Shared by ``bench.direct_path`` and ``bench.livekit_path``: their options, and the run. Every party
+Shared by ``bench.livekit_path`` and ``bench.livekit_vs_direct``: their options, and the run. Every party
 is its own process, so each one's CPU is its own (psutil cpu_times deltas over a steady window):
 
 - ``direct``: the worker, ``duplex-agent serve --plugin scripted`` (aiortc peers, ``POST /api/offer``);
@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.call_figures import CONTROL, FLOORS, Run, kind, per_call
-from bench.call_report import describe, judge, print_report
+from bench.call_report import add_figures, describe, judge, print_report
 from bench.call_rig import Rig, children_take_sigint, write_speech
+from bench.report import Report
 
 
 async def run(rig: Rig) -> Run:
@@ -70,10 +71,10 @@ def parse_args(description: str, extra: list[tuple[str, dict[str, Any]]] = ()) -
     for flag, options in extra:
         parser.add_argument(flag, **options)
     # Left unset, these take the full run's values, or --quick's.
-    parser.add_argument("--sessions", help="simultaneous calls per round, per path (4,8,16; quick: 4,16)")
+    parser.add_argument("--sessions", help="simultaneous calls per round, per path (4,8,16; quick: 4)")
     parser.add_argument("--window", type=float, help="steady CPU window per round, seconds (8; quick: 5)")
     parser.add_argument("--warmup", type=float, help="seconds after every caller hears the agent (2; quick: 1.5)")
-    parser.add_argument("--trials", help="interruptions each round waits for, by --sessions entry (8,4,2; quick: 4,0)")
+    parser.add_argument("--trials", help="interruptions each round waits for, by --sessions entry (8,4,2; quick: 6)")
     parser.add_argument("--round-limit", type=float, default=90.0, help="most seconds of one round")
     parser.add_argument("--trial-wait", type=float,
                         help="most seconds a round waits for its interruptions after the CPU window (20; quick: 10)")
@@ -82,13 +83,13 @@ def parse_args(description: str, extra: list[tuple[str, dict[str, Any]]] = ()) -
     parser.add_argument("--profile", action="store_true", help="sample the worker with py-spy in one round per path")
     parser.add_argument("--profile-at", type=int, default=8, help="the call count whose rounds --profile samples")
     parser.add_argument("--quick", action="store_true",
-                        help="4 and 16 calls, 5 s windows, few interruptions: a few minutes on a quiet machine")
+                        help="4 calls, 5 s windows, few interruptions: a few minutes on a quiet machine")
     parser.add_argument("--control", default="", metavar="CHECKOUT",
                         help="also run each worker from this checkout (its .venv), round for round: an A/B in one run")
     parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs (their folder is printed)")
     args = parser.parse_args()
     full = {"sessions": "4,8,16", "window": 8.0, "warmup": 2.0, "trials": "8,4,2", "trial_wait": 20.0}
-    quick = {"sessions": "4,16", "window": 5.0, "warmup": 1.5, "trials": "4,0", "trial_wait": 10.0}
+    quick = {"sessions": "4", "window": 5.0, "warmup": 1.5, "trials": "6", "trial_wait": 10.0}
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -101,8 +102,11 @@ def parse_args(description: str, extra: list[tuple[str, dict[str, Any]]] = ()) -
     return args
 
 
-def main(paths: tuple[str, ...], title: str, description: str = "", *, args: argparse.Namespace | None = None) -> int:
+def main(paths: tuple[str, ...], title: str, description: str = "", *, args: argparse.Namespace | None = None,
+         bench: str = "") -> int:
+    """Run the rounds; with ``bench``, write its figures to bench/results/<bench>.json."""
     args = args or parse_args(description)
+    report = Report(bench, quick=args.quick) if bench else None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"== duplex-agent: {title} (python {platform.python_version()}, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at the start) ==", flush=True)
@@ -123,7 +127,11 @@ def main(paths: tuple[str, ...], title: str, description: str = "", *, args: arg
         print("   idle before any call, cores per window (the least counts): "
               + "; ".join(f"{p} " + " ".join(f"{c:.3f}" for c in w) for p, w in rig.idle_windows.items()), flush=True)
         figures = asyncio.run(run(rig))
-        print_report(figures, judge(figures))
+        verdicts = judge(figures)
+        print_report(figures, verdicts)
+        if report is not None:
+            add_figures(report, figures, verdicts)
+            report.write()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         status = 130

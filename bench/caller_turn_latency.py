@@ -36,6 +36,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 
 from bench.call_rig import free_port
+from bench.report import Report
 from bench.stats import percentile
 from bench.webrtc_callers import offer_and_connect
 from devtools.caller_peer import CallerPeer, Mic
@@ -284,7 +285,7 @@ def mode_figures(said: list[Said], floor_ms: float) -> ModeFigures:
         worker_turn_ms=[s.worker_turn_ms for s in said if not s.utterance.paused and s.worker_turn_ms is not None])
 
 
-def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
+def report(voice: str, echo: list[float], runs: dict[bool, list[Said]], out: Report | None = None) -> None:
     floor = statistics.median(echo) if echo else float("nan")
     print(f"\nvoice: {'Piper joe' if voice == 'piper' else 'espeak-ng ' + voice}; responder: echo; "
           "direct WebRTC (aiortc both ends)")
@@ -298,6 +299,16 @@ def report(voice: str, echo: list[float], runs: dict[bool, list[Said]]) -> None:
               f"   unanswered utterances: {figures.unanswered}")
         print(f"      the worker's own turn_ms (end of speech at its input -> first frame out): "
               f"{fmt(figures.worker_turn_ms)}")
+        if out is not None:
+            mode = "on" if end_of_turn else "off"
+            heard = statistics.median(figures.finished_ms) if figures.finished_ms else None
+            out.add("turn.heard_p50" if end_of_turn else "turn.heard_p50.eot_off",
+                    f"turn latency as the caller hears it, p50 (end of speech -> reply heard), end-of-turn model "
+                    f"{mode}; floor: a bare aiortc echo's round trip", heard, floor=floor, unit="ms",
+                    n=len(figures.finished_ms), area="turn")
+            out.add(f"turn.false_cut_ins.eot_{mode}", f"mid-sentence pauses (300-400 ms) taken as the end of the "
+                    f"turn, end-of-turn model {mode}", 100 * figures.cut_ins / figures.paused if figures.paused
+                    else None, unit="%", n=figures.paused, area="turn")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -323,7 +334,9 @@ async def run(args: argparse.Namespace) -> None:
         clips = [u.audio for u in utterances if not u.paused][: 5 if args.quick else 10]
         echo_trips = await echo_round_trips(echo_url, address, clips)
         print("   ... calling the worker: each utterance with the end-of-turn model off and on", flush=True)
-        report(args.voice, echo_trips, await speak_turns(worker_url, address, utterances))
+        out = Report("caller_turn_latency", quick=args.quick)
+        report(args.voice, echo_trips, await speak_turns(worker_url, address, utterances), out)
+        out.write()
     finally:
         if echo.stdin:
             echo.stdin.close()

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.direct_path import acoustic_onset
 from bench.livekit_callers import INTERRUPTIONS
-from bench.stats import spread
+from bench.report import Report
+from bench.stats import percentile, spread
 from devtools.rtp_stream import through_opus
 from devtools.speech import speak, vocal_burst
 from duplex_agent.agent.models.vad import SileroVadModel
@@ -79,6 +79,18 @@ MODES = {"pause": {"pause_on_onset": True}, "VAD only": {"pause_on_onset": True,
 # ---------------------------------------------------------------- the clips
 
 _rng = np.random.default_rng(23)
+
+
+SPEECH_ONSET_RMS = 0.01  # -40 dBFS over 5 ms: where the caller's sound starts, as the callers stamp it
+
+
+def acoustic_onset(samples: np.ndarray, rate: int = 48000) -> int:
+    """Index of the first 5 ms block whose RMS passes SPEECH_ONSET_RMS."""
+    block = rate // 200
+    for start in range(0, samples.size - block, block):
+        if float(np.sqrt(np.mean(samples[start : start + block] ** 2))) > SPEECH_ONSET_RMS:
+            return start
+    return 0
 
 
 def _envelope(n: int, attack_s: float, decay_s: float) -> np.ndarray:
@@ -226,7 +238,7 @@ def _share(trials: list[Trial]) -> str:
     return f"{sum(t.cancelled for t in trials)}/{len(trials)}"
 
 
-async def run(offsets: int, opus: bool) -> None:
+async def run(offsets: int, opus: bool, report: Report) -> None:
     vad = SileroVadModel.shared()
     reply = speak(AGENT_TEXT, CAPS.output_sample_rate)
     reply_ms = 1000.0 * reply.size / CAPS.output_sample_rate
@@ -264,10 +276,31 @@ async def run(offsets: int, opus: bool) -> None:
               f"clip onset frame -> reply back {spread(back)}; within 300 ms: {sum(b <= 300 for b in back)}/{len(back)}")
         print(f"   {mode_name:8} skipped in resumed replies: max "
               f"{max([t.skipped_ms or 0.0 for t in paused], default=0.0):.1f} ms")
+        if mode_name == "pause":  # the worker's rule
+            # Backchannels are speech: whether they should cancel is the overlap policy's call, so apart.
+            noises = [t for group in ("sounds", "background") for t in totals[group][mode_name]]
+            backchannels = totals["backchannels"][mode_name]
+            report.add("false_pauses.cancelled", f"knocks, coughs, short grunts and room noise over the agent that "
+                       f"cancelled its reply{' (through Opus)' if opus else ''}",
+                       100 * sum(t.cancelled for t in noises) / max(1, len(noises)), unit="%", n=len(noises),
+                       area="barge-in")
+            report.add("false_pauses.backchannels_cancelled", "backchannels (\"mm-hm\", \"yeah\") over the agent "
+                       "that cancelled its reply", 100 * sum(t.cancelled for t in backchannels) / max(1, len(backchannels)),
+                       unit="%", n=len(backchannels), area="barge-in")
+            report.add("false_pauses.resumed_within_300ms", "false pauses whose reply came back within 300 ms of "
+                       "the sound's onset", 100 * sum(b <= 300 for b in back) / len(back) if back else None,
+                       unit="%", n=len(back), area="barge-in")
+            report.add("false_pauses.pause_heard_p95", "a false pause as the caller hears it (fade-out to "
+                       "fade-in), p95", percentile(gaps, 95), unit="ms", n=len(gaps), area="barge-in")
     for mode_name in MODES:
         reactions = [t.reaction_ms for t in totals["speech"][mode_name] if t.cancelled and t.reaction_ms is not None]
         print(f"   held speech, {mode_name:8}: cancelled {_share(totals['speech'][mode_name])}; onset frame -> first "
               f"quiet frame {spread(reactions)}")
+        if mode_name == "pause":
+            held = totals["speech"][mode_name]
+            report.add("false_pauses.speech_cancelled", "held speech over the agent that cancelled its reply "
+                       "(should be all)", 100 * sum(t.cancelled for t in held) / max(1, len(held)), unit="%",
+                       n=len(held), area="barge-in")
 
     print("\n== bad input: a 48 ms vocal burst every 160 ms for 3 s, over one reply")
     noise = continuous_noise()
@@ -282,9 +315,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--offsets", type=int, default=4, help="clip offsets against the 32 ms VAD window grid")
     parser.add_argument("--opus", action="store_true", help="the caller's track through an Opus encoder and decoder")
+    parser.add_argument("--quick", action="store_true", help="2 offsets instead of --offsets")
     args = parser.parse_args()
     print("== false pauses: sounds over the agent through the call path, five edge rules in one run ==", flush=True)
-    asyncio.run(run(args.offsets, args.opus))
+    report = Report("false_pauses", quick=args.quick)
+    asyncio.run(run(2 if args.quick else args.offsets, args.opus, report))
+    report.write()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 23): one command for the day a GPU machine is lent, under 8 minutes.
+# The GPU check: one command for the day a GPU machine is lent, under 8 minutes.
 #
 #   1. install: the wheels carried in gpu-wheels/ (`make gpu-wheels` here), no index (that host reaches
 #      no network), --no-deps, into a folder of their own (--target, then PYTHONPATH) over the host's
@@ -96,7 +96,7 @@ say "install done [$(($(date +%s) - STARTED)) s]"
 # ---- 2. the batched frame engine alone ----
 say "== bench.moshi_batch: $CONFIG on $DEVICE, batch 1 to $MAX_BATCH, $STEPS steps each"
 SIZE=(); [ "$CONFIG" = tiny ] || SIZE=(--full-size)
-timeout -k 5 "$(box 220 150)" "$PY" -m bench.moshi_batch "${SIZE[@]}" --device "$DEVICE" --max-batch "$MAX_BATCH" \
+BENCH_RESULTS="$RESULTS" timeout -k 5 "$(box 220 150)" "$PY" -m bench.moshi_batch "${SIZE[@]}" --device "$DEVICE" --max-batch "$MAX_BATCH" \
     --steps "$STEPS" 2>&1 | tee "$RESULTS/moshi_batch.txt" | tee -a "$LOG"
 case $? in
     0) ;;

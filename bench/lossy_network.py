@@ -46,7 +46,7 @@ anyway, questions with no reply, reply latency p50 (the question's end sent -> f
 reply frame), and the forwarder's counts. Behind LiveKit the caller's SDK sends RED, so a
 packet lost on its uplink is rebuilt from the next (the loopback server answers as LiveKit).
 
-Run: python -m bench.lossy_network [--trials N] [--lines libopus-rr/adaptive,aiortc-opus/adaptive]
+Run: python -m bench.lossy_network [--quick] [--trials N] [--lines libopus-rr/adaptive,aiortc-opus/adaptive]
          [--conditions clean,bursts]
          [--livekit [--livekit-seconds S]]
 (as root: it makes network namespaces).
@@ -57,13 +57,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.report import Report
 from devtools.netem import CLEAN, TO_CALLER, TO_WORKER, GilbertElliott, ImpairedLink, Impairment, unavailable_reason
 from devtools.netem.caller import SENDERS
 from devtools.netem.calls import (
@@ -97,6 +97,16 @@ CONDITIONS: dict[str, Impairment] = {
 }
 SHORT_NAMES = {"clean": "clean", "3%": "3% loss + 40±15 ms", "10%": "10% loss", "jitter": "40±15 ms jitter",
                "bursts": "bursts ~5%"}
+#: --quick: the headline condition and heavy loss, our buffer beside aiortc's, one call each.
+QUICK = {"lines": "libopus-rr/adaptive,libopus-rr/aiortc", "conditions": "3%,10%"}
+#: The worker's line and its floor: the same caller, aiortc's receive buffer as shipped.
+OURS, FLOOR = "libopus-rr/adaptive", "libopus-rr/aiortc"
+
+
+def figure_suffix(condition: str) -> str:
+    """'' for the headline condition, else a stable id part for it."""
+    short = next(k for k, v in SHORT_NAMES.items() if v == condition)
+    return "" if short == "3%" else "." + short.replace("%", "pct")
 
 
 @dataclass
@@ -191,7 +201,7 @@ def forwarder_counts(counts: dict) -> str:
             f"{up['reordered']}/{down['reordered']} reordered, run<={up['longest_loss_run']}/{down['longest_loss_run']}")
 
 
-def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int) -> None:
+def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int, report: Report) -> None:
     print(f"\n== the LiveKit path through the same link: one caller (livekit SDK) barging in for {seconds:g} s "
           "per condition; loopback LiveKit server + LiveKit worker behind the link ==", flush=True)
     with ExitStack() as stack:
@@ -209,6 +219,9 @@ def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int)
             caller = livekit_callers(link, url, seconds, caller_log)["callers"][0]
             error = f"  error: {caller['error']}" if caller.get("error") else ""
             heard, said_words = recall_of_turns(caller["said"], caller["heard"])
+            report.add(f"lossy_network.livekit_words_heard{figure_suffix(condition)}", "content words the LiveKit "
+                       f"worker heard of a caller barging in for {seconds:g} s, {condition} (SFU answering RED)",
+                       100 * heard, unit="%", n=said_words, area="network")
             print(f"{condition:<19} {f'{100 * heard:.0f} % of {said_words}':>14} {caller['attempts']:>9} "
                   f"{p50(caller['heard_stop_ms'])} ms     "
                   f"{caller['played_out']:>10} {caller['no_reply']:>8} {p50(caller['reply_after_ms'])} ms   "
@@ -226,10 +239,16 @@ def main() -> None:
     parser.add_argument("--livekit", action="store_true", help="then the LiveKit path under the same conditions")
     parser.add_argument("--livekit-seconds", type=float, default=30.0, help="the LiveKit caller's time per condition")
     parser.add_argument("--no-direct", action="store_true", help="skip the direct calls (with --livekit)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"lines {QUICK['lines']}, conditions {QUICK['conditions']}, one call each")
     args = parser.parse_args()
+    if args.quick:
+        args.lines, args.conditions, args.trials = QUICK["lines"], QUICK["conditions"], 1
     reason = unavailable_reason()
-    if reason:
-        sys.exit(f"bench.lossy_network needs network namespaces: {reason}")
+    if reason:  # skipped, not failed: a machine without namespaces cannot run it
+        print(f"bench.lossy_network skipped: it needs network namespaces (as root): {reason}")
+        return
+    report = Report("lossy_network", quick=args.quick)
     lines = [m for m in args.lines.split(",") if m]
     for name in lines:
         sender, _, buffer = name.partition("/")
@@ -243,15 +262,16 @@ def main() -> None:
     clips = write_clips(folder / "clips", speak(QUESTION, 48000, before_ms=300, after_ms=1200),
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
     if not args.no_direct:
-        direct_part(args, lines, conditions, clips, folder)
+        direct_part(args, lines, conditions, clips, folder, report)
     if args.livekit:
-        livekit_part(conditions, args.livekit_seconds, folder, args.seed)
+        livekit_part(conditions, args.livekit_seconds, folder, args.seed, report)
+    report.write()
     print(f"({time.perf_counter() - started:.0f} s; load average {load_at_start} at the start, {load()} at the end; "
           f"logs in {folder})")
 
 
 def direct_part(args: argparse.Namespace, lines: list[str], conditions: list[str], clips: Path,
-                folder: Path) -> None:
+                folder: Path, report: Report) -> None:
     print(f"== direct WebRTC calls through an impaired link, {args.trials} call(s) per condition and line; "
           f"question: {QUESTION!r} ({len(content_words(QUESTION))} content words) ==", flush=True)
     with ExitStack() as stack:
@@ -283,6 +303,13 @@ def direct_part(args: argparse.Namespace, lines: list[str], conditions: list[str
                 results[rig.name].counts = {d: c.as_dict() for d, c in rig.link.counts().items()}
                 print(line(condition, rig.name, results[rig.name]), flush=True)
                 misses += [f"   {condition}, {rig.name}: {heard!r}" for heard in results[rig.name].misses]
+            if OURS in results:
+                ours, floor = results[OURS], results.get(FLOOR)
+                report.add(f"lossy_network.words_heard{figure_suffix(condition)}", "content words the worker heard "
+                           f"of a direct WebRTC caller's question, {condition}, both ways; floor: aiortc's receive "
+                           "buffer", 100 * statistics.mean(ours.recalls) if ours.recalls else None,
+                           floor=100 * statistics.mean(floor.recalls) if floor and floor.recalls else None,
+                           unit="%", n=ours.n, area="network")
         if misses:
             print("what the recognizer heard in the calls that missed a content word:", *misses, sep="\n", flush=True)
 

@@ -16,7 +16,7 @@ arrival minus the floor's in the same trial, and the figure is the median over t
   server. vLLM-Omni cannot run inside this process, so this is the floor both servers share, and
   the ratio printed is vLLM-Omni's added latency over ours against that floor.
 
-Run: python -m bench.remote_hop [trials] [--peer-trials N]   (vLLM-Omni: needs .venv-omni, make omni-venv)
+Run: python -m bench.remote_hop [trials] [--peer-trials N] [--quick]   (vLLM-Omni: needs .venv-omni, make omni-venv)
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import aiohttp
 import numpy as np
 from aiohttp.test_utils import TestServer
 
+from bench.report import Report
 from bench.stats import summary
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
@@ -229,12 +230,21 @@ def report_added(label: str, floor: list[Arrivals], remote: list[Arrivals]) -> f
     return per_event
 
 
+def add_first_audio(report: Report, figure: str, server: str, floor: list[Arrivals], remote: list[Arrivals],
+                    per_event: float) -> None:
+    """Commit -> first audio through the remote backend, beside a bare websocket reader of the same server."""
+    report.add(figure, f"{server}: commit -> first audio delta through our remote backend, p50; floor: a bare "
+               f"websocket reader of the same server (our client adds p50 {per_event:.2f} ms per event)",
+               statistics.median(t[FIRST_AUDIO] for t in remote), floor=statistics.median(t[FIRST_AUDIO] for t in floor),
+               unit="ms", n=len(remote), area="backends")
+
+
 def print_timings(name: str, trials: list[Arrivals]) -> None:
     print(f"  {name:<20} commit -> first audio delta: {summary([t[FIRST_AUDIO] for t in trials], 'ms', digits=2)}")
     print(f"  {name:<20} commit -> response.done:     {summary([t[DONE] for t in trials], 'ms', digits=2)}")
 
 
-async def our_server(trials: int, *, words: int, word_delay_s: float) -> float:
+async def our_server(trials: int, *, words: int, word_delay_s: float, report: Report | None = None) -> float:
     """Our endpoint in this process; returns what our client adds per event beyond a bare websocket."""
     reply = " ".join(f"word{n}" for n in range(1, words + 1))
     plugin = ScriptedPlugin(as_float32_audio, Script(reply=reply, word_delay_s=word_delay_s))
@@ -257,6 +267,9 @@ async def our_server(trials: int, *, words: int, word_delay_s: float) -> float:
                  seen["remote backend"])
     beyond_wire = report_added("our client beyond the wire (remote backend - bare websocket)",
                                seen["bare websocket"], seen["remote backend"])
+    if report is not None:
+        add_first_audio(report, "remote_hop.our_server_added", f"our server, {words}-word reply {pace}",
+                        seen["bare websocket"], seen["remote backend"], beyond_wire)
     await wire.close()
     for conversation in (in_process, over_remote):
         await conversation.close()
@@ -266,7 +279,7 @@ async def our_server(trials: int, *, words: int, word_delay_s: float) -> float:
     return beyond_wire
 
 
-async def omni_peer(trials: int) -> float | None:
+async def omni_peer(trials: int, report: Report) -> float | None:
     """vLLM-Omni in its own process; what our client adds per event beyond a bare websocket (None: no peer)."""
     from tests.omni_peer.processes import OMNI_PYTHON, PEER_START_TIMEOUT_S, OmniPeer, free_port
 
@@ -289,6 +302,8 @@ async def omni_peer(trials: int) -> float | None:
                 print_timings(name, per_event)
             beyond_wire = report_added("our client beyond the wire (remote backend - bare websocket)",
                                        seen["bare websocket"], seen["remote backend"])
+            add_first_audio(report, "remote_hop.vllm_omni_added", "vLLM-Omni 0.30.0 (scripted stages, paced)",
+                            seen["bare websocket"], seen["remote backend"], beyond_wire)
             await wire.close()
             await conversation.close()
             await remote.close()
@@ -297,13 +312,13 @@ async def omni_peer(trials: int) -> float | None:
     return beyond_wire
 
 
-async def main(trials: int, peer_trials: int) -> None:
-    burst = await our_server(trials, words=5, word_delay_s=0.0)
+async def main(trials: int, peer_trials: int, report: Report) -> None:
+    burst = await our_server(trials, words=5, word_delay_s=0.0, report=report if peer_trials <= 0 else None)
     if peer_trials <= 0:
         return
     # Paced as the peer's audio is (a chunk every 80 ms), so its events come as spread out as vLLM-Omni's.
-    paced = await our_server(peer_trials, words=12, word_delay_s=PEER_CHUNK_S)
-    theirs = await omni_peer(peer_trials)
+    paced = await our_server(peer_trials, words=12, word_delay_s=PEER_CHUNK_S, report=report)
+    theirs = await omni_peer(peer_trials, report)
     if theirs is None:
         return
     print("added per event beyond a bare websocket (median over trials of remote backend - bare websocket in the same "
@@ -311,6 +326,9 @@ async def main(trials: int, peer_trials: int) -> None:
     for label, ours in ((f"paced as the peer ({1000 * PEER_CHUNK_S:g} ms)", paced), ("in one burst", burst)):
         ratio = f"{theirs / ours:.3f}x" if ours > 0 else "n/a (ours added nothing)"
         print(f"  vLLM-Omni {theirs:.2f} ms vs our server {label} {ours:.2f} ms: ratio {ratio}")
+    report.add("remote_hop.client_added_per_event", "what our remote client adds per event beyond a bare websocket "
+               "reader, against vLLM-Omni 0.30.0; floor: the same against our own server, paced alike", theirs,
+               floor=paced, unit="ms", n=peer_trials, compare="ratio", area="backends")
 
 
 if __name__ == "__main__":
@@ -318,7 +336,12 @@ if __name__ == "__main__":
     parser.add_argument("trials", nargs="?", type=int, default=100, help="trials against our server")
     parser.add_argument("--peer-trials", type=int, default=30,
                         help="trials against vLLM-Omni (each about a second: its audio is paced); 0: skip it")
+    parser.add_argument("--quick", action="store_true", help="20 trials against our server, 8 against vLLM-Omni")
     args = parser.parse_args()
+    if args.quick:
+        args.trials, args.peer_trials = min(args.trials, 20), min(args.peer_trials, 8)
     # SIGTERM (as `timeout` sends it) unwinds the run as Ctrl-C does, so the peer's process is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    asyncio.run(main(args.trials, args.peer_trials))
+    report = Report("remote_hop", quick=args.quick)
+    asyncio.run(main(args.trials, args.peer_trials, report))
+    report.write()

@@ -3,9 +3,6 @@ rounds a growth figure may use."""
 
 import math
 
-import pytest
-
-from bench.livekit_ffi import report
 from bench.stats import histogram_quantile, percentile
 from bench.worker_profile import profile_shares
 
@@ -48,19 +45,6 @@ def test_a_thread_runnable_in_a_blocking_call_is_waiting_not_working():
     ])
     assert profile_shares(collapsed) == {"woken in a wait, not yet run (not work)": 0.6,
                                          "asyncio loop and wake-ups": 0.2, "call audio path": 0.2}
-
-
-def test_the_fan_out_growth_leaves_out_a_round_that_fell_behind(capsys: pytest.CaptureFixture[str]):
-    """An SDK round at 16 calls that read 19 of its 100 frames a second did a fifth of the work: its
-    low CPU per call must not read as the SDK scaling well."""
-    results = {("sdk", 4): (0.36, 100.0), ("ours", 4): (0.12, 50.0),
-               ("sdk", 8): (1.28, 99.0), ("ours", 8): (0.23, 50.0),
-               ("sdk", 16): (1.31, 19.0), ("ours", 16): (0.40, 50.0)}
-    report(results, [4, 8, 16])
-    out = capsys.readouterr().out
-    assert "sdk fell behind: 19 of 100 frames a second" in out
-    assert "sdk: per call at 8 over per call at 4: 1.78x (left out, fell behind: 16 calls)" in out
-    assert "ours: per call at 16 over per call at 4: 0.83x\n" in out
 
 
 def test_a_round_on_a_saturated_machine_is_left_out_of_the_verdicts():

@@ -132,3 +132,21 @@ def test_livekit_barge_in_is_set_beside_the_bare_livekit_agent_at_the_same_n():
     assert (floor.sessions, floor.ours_n, floor.floor_n) == (4, 3, 3)
     assert floor.ours_ms == (340.0, 500.0) and floor.floor_ms == (280.0, 300.0)
     assert floor.beyond_ms == (60.0, 200.0)
+
+
+def test_the_run_figures_compare_livekit_with_direct_and_say_when_the_machine_was_saturated():
+    from bench.call_report import add_figures
+    from bench.report import Report
+
+    calm = run_of(served("livekit", 4, 0.24), served("direct", 4, 0.20))
+    report = Report("t", command="python -m bench.livekit_vs_direct --quick")
+    add_figures(report, calm, judge(calm))
+    (cpu,) = report.records
+    assert (cpu["figure"], cpu["value"], cpu["floor"], cpu["ratio"], cpu["n"]) == ("livekit.cpu_per_call", 6.0, 5.0,
+                                                                                    1.2, 1)
+    assert "note" not in cpu
+
+    busy = run_of(served("livekit", 4, 0.24, machine_cores=2.0), served("direct", 4, 0.20, machine_cores=2.0))
+    report = Report("t", command="python -m bench.livekit_vs_direct --quick")
+    add_figures(report, busy, judge(busy))
+    assert report.records[0]["ratio"] == 1.2 and "saturated" in report.records[0]["note"]
