@@ -37,7 +37,8 @@ from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpreceiver import decoder_worker
 from aiortc.rtp import compute_audio_level_dbov
 
-from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder
+from bench.aiortc_receive import CallerAudioReader
+from duplex_agent.webrtc.direct.tracks import OpusVoiceEncoder
 
 RATE = 48000
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)

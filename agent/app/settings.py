@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 
-from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER
-
 PLUGIN_ALIASES = {
     "reference": "duplex_agent.plugins.reference.plugin.ReferencePlugin",
     "scripted": "duplex_agent.plugins.scripted.ScriptedPlugin",
@@ -70,9 +68,6 @@ class Settings:
     ice_address: str = ""
     #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
     opus_bitrate: int = 32000
-    #: The caller's receive buffer on direct WebRTC peers: adaptive (ours: jitter-following delay,
-    #: Opus in-band FEC, libopus concealment) or aiortc (aiortc's own, to compare).
-    receive_buffer: str = DEFAULT_RECEIVE_BUFFER
     #: Seconds without the caller's RTP after which a direct WebRTC call is ended (error and
     #: session.closed ``media_timeout`` on its data channel); 0: never.
     media_timeout: float = 20.0
