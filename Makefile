@@ -1,6 +1,7 @@
 # make run: install and start the embedded default (reference model, 127.0.0.1:8080).
 # make test: install everything the tests need and run them.
 # make livekit-dev: the loopback LiveKit server and `duplex-agent dev` against it.
+# make livekit-agents-dev: the same server, the page, and examples/livekit_agents_app.py against it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,7 +16,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev test test-venv suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev livekit-agents-dev test test-venv suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +97,13 @@ run: install
 # in dev mode against it, the page on HOST:PORT; Ctrl-C stops both.
 livekit-dev: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) -- --host $(HOST) --port $(PORT)
+
+# The LiveKit Agents example the same way: the loopback server on LIVEKIT_PORT, the page on
+# HOST:PORT (its dev tokens dispatch the agent), and examples/livekit_agents_app.py run as
+# `python -m livekit.agents start APP --dev` under that agent name; Ctrl-C stops all.
+livekit-agents-dev: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) \
+		--app examples/livekit_agents_app.py --host $(HOST) --port $(PORT)
 
 # The whole suite runs as three pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.

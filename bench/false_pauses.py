@@ -10,7 +10,7 @@ in five modes in the same run:
   VAD's minimum speech, 100 ms) or resumes;
 - ``VAD only``: the same without the level rule (the rule before it);
 - ``pause@.5``: the same as ``VAD only`` with the pause at the session VAD's threshold;
-- ``no pause``: the same confirm rule with pausing off (``pause_on_onset=False``);
+- ``no pause``: the same confirm rule with pausing off (``NoPauseCallAudioPath``);
 - ``before``: the edge rule before the pause: no pause, cancel at the first window (32 ms).
 
 Time is the audio's: one caller frame in and one agent frame out per 20 ms step, as the
@@ -37,7 +37,7 @@ import argparse
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -59,6 +59,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
+from duplex_agent.webrtc.media.barge_in import BargeInRules
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES
 
@@ -74,6 +75,14 @@ MODES = {"pause": {"pause_on_onset": True}, "VAD only": {"pause_on_onset": True,
          "pause@.5": {"pause_on_onset": True, "pause_on_level": False, "barge_in_pause_threshold": 0.5},
          "no pause": {"pause_on_onset": False},
          "before": {"pause_on_onset": False, "barge_in_min_speech_ms": 32.0}}
+
+
+class NoPauseCallAudioPath(CallAudioPath):
+    """The call path with pausing off (the modes' ``pause_on_onset: False``): no pause, the cancel
+    waits for the minimum speech."""
+
+    def _barge_in_rules(self) -> BargeInRules:
+        return replace(super()._barge_in_rules(), pause=False)
 
 
 # ---------------------------------------------------------------- the clips
@@ -199,7 +208,9 @@ class Trial:
 async def trial(vad: SileroVadModel, reply: np.ndarray, reply_ms: float, clip: np.ndarray, offset_ms: float,
                 mode: dict, *, opus: bool = False) -> Trial:
     conversation = ReplyConversation(reply)
-    path = CallAudioPath(conversation, vad_model=vad, **mode)
+    options = dict(mode)
+    make_path = CallAudioPath if options.pop("pause_on_onset") else NoPauseCallAudioPath
+    path = make_path(conversation, vad_model=vad, **options)
     await path.start()
     while conversation.queued:  # the reply is in the playout before the first frame
         await asyncio.sleep(0)

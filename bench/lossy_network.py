@@ -8,8 +8,8 @@ is a caller's way of sending and the worker's receive buffer (``--lines SENDER/B
 - sender ``libopus-rr``: as browsers and phone apps on libwebrtc send: libopus with in-band
   FEC, its expected loss set from the worker's RTCP receiver reports; ``aiortc-opus``: a
   plain aiortc peer: aiortc's own Opus encoder, no FEC;
-- buffer ``adaptive`` (ours) or ``aiortc`` (aiortc's jitter buffer), set on the worker's
-  process (``DUPLEX_RECEIVE_BUFFER``).
+- buffer ``adaptive`` (ours) or ``aiortc`` (aiortc's jitter buffer: the worker runs as
+  ``python -m bench.aiortc_receive``).
 One worker and one caller per line, each behind its own link with the same impairments;
 each trial runs every line once, in a rotating order, so all meet the same load.
 
@@ -67,7 +67,7 @@ from bench.report import Report
 from devtools.netem import CLEAN, TO_CALLER, TO_WORKER, GilbertElliott, ImpairedLink, Impairment, unavailable_reason
 from devtools.netem.caller import SENDERS
 from devtools.netem.calls import (
-    RECEIVE_BUFFER_ENV,
+    WORKER_MODULE,
     CallerProcess,
     content_words,
     livekit_callers,
@@ -280,7 +280,8 @@ def direct_part(args: argparse.Namespace, lines: list[str], conditions: list[str
             sender, _, buffer = name.partition("/")
             link = stack.enter_context(ImpairedLink(seed=args.seed + 100 * i))
             stem = name.replace("/", "-")
-            start_worker(link, stack.enter_context(open(folder / f"worker-{stem}.log", "w")), {RECEIVE_BUFFER_ENV: buffer})
+            start_worker(link, stack.enter_context(open(folder / f"worker-{stem}.log", "w")),
+                         module="bench.aiortc_receive" if buffer == "aiortc" else WORKER_MODULE)
             caller_log = stack.enter_context(open(folder / f"caller-{stem}.log", "w"))
             rigs.append(Rig(name, link, stack.enter_context(CallerProcess(link, clips, caller_log, sender))))
         for rig in rigs:  # the models' first turn is slow: a warm-up call on a clean link, not counted

@@ -1,8 +1,15 @@
-"""A LiveKit Agents app on a duplex-agent model: ``python examples/livekit_agents_app.py dev``.
+"""A LiveKit Agents app on a duplex-agent model.
 
-Needs LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET (any LiveKit server). With
-DUPLEX_URL (a duplex-agent or vLLM-Omni ``ws://.../v1/realtime?duplex=1``) the model runs
-there; without it, the reference model runs in this process, shared by every job.
+On this machine, with the loopback LiveKit server and the page: ``make livekit-agents-dev``.
+Against any LiveKit server (LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET), as livekit-agents
+1.8.9 runs an app (its own ``dev`` subcommand is deprecated)::
+
+    python -m livekit.agents start examples/livekit_agents_app.py --dev   # or: lk agent dev
+
+With LIVEKIT_AGENT_NAME set, it registers under that name (explicit dispatch: a room token or
+the dispatch API names it); without, it is dispatched to every new room. With DUPLEX_URL (a
+duplex-agent or vLLM-Omni ``ws://.../v1/realtime?duplex=1``) the model runs there; without it,
+the reference model runs in this process, shared by every job.
 """
 
 import os

@@ -20,7 +20,6 @@ from duplex_agent.agent.app.settings import (
     parse_field,
 )
 from duplex_agent.plugins.contract.options import option_choices, option_help, option_is_secret
-from duplex_agent.webrtc.direct.receive_modes import RECEIVE_BUFFER_MODES
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -55,9 +54,6 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                               "interface; aiortc skips 127.0.0.1)"),
     "opus_bitrate": SettingFlag(NETWORK, PAGE, "bits per second of the agent's voice to direct WebRTC peers "
                                                "(mono Opus, in-band FEC)"),
-    "receive_buffer": SettingFlag(NETWORK, PAGE, "the caller's receive buffer on direct WebRTC peers: adaptive "
-                                                 "(jitter-following delay, Opus FEC, concealment) or aiortc's own",
-                                  RECEIVE_BUFFER_MODES),
     "media_timeout": SettingFlag(NETWORK, PAGE, "seconds without the caller's audio packets after which a direct "
                                                 "WebRTC call is ended with reason media_timeout (0: never)"),
     "webrtc": SettingFlag(NETWORK, (SERVE,), "serve the page and WebRTC signaling; --no-webrtc: only the "

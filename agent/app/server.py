@@ -63,7 +63,6 @@ def build_app(
 
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
                                           resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
-                                          receive_buffer=settings.receive_buffer,
                                           media_timeout_s=settings.media_timeout)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)

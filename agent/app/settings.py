@@ -16,8 +16,6 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER
-
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -74,9 +72,6 @@ class Settings:
     ice_address: str = ""
     #: Bits per second of the agent's Opus voice on direct WebRTC peers (mono, in-band FEC).
     opus_bitrate: int = 32000
-    #: The caller's receive buffer on direct WebRTC peers: adaptive (ours: jitter-following delay,
-    #: Opus in-band FEC, libopus concealment) or aiortc (aiortc's own, to compare).
-    receive_buffer: str = DEFAULT_RECEIVE_BUFFER
     #: Seconds without the caller's RTP after which a direct WebRTC call is ended (error and
     #: session.closed ``media_timeout`` on its data channel); 0: never.
     media_timeout: float = 20.0

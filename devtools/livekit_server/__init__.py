@@ -3,8 +3,11 @@
 Written against: livekit (python rtc SDK) 1.1.21, livekit-agents 1.8.9,
 livekit-protocol 1.1.29, livekit-api 1.2.2, aiortc 1.16.0.
 
-It speaks the v0 ("/rtc", dual peer connection) signal protocol used by the
-Rust core (livekit-ffi) and the agent worker protocol ("/agent"). Audio RTP is
+It speaks both signal protocols livekit-server serves: v1 ("/rtc/v1", one peer
+connection), which the SDKs ask for first (the Rust core behind livekit, livekit-client),
+and v0 ("/rtc", two peer connections), their fallback; and the agent worker protocol
+("/agent"). Every request it answers is recorded (``http_requests``), so a test can show
+that an SDK asked for nothing it lacks. Audio RTP is
 forwarded as it arrives, as LiveKit's SFU does (``media_relay.AudioForwarder``; the
 aiortc internals it relies on are in ``aiortc_seams``). Its audio settings are LiveKit's,
 so tracks carry what they carry behind LiveKit: its answer to a publisher lets Opus add

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCRtpReceiver
+from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtp import RtpPacket
 from aiortc.sdp import candidate_from_sdp
@@ -175,10 +175,11 @@ class AudioForwarder:
                                          arrived, sent))
         return True
 
-    def attach(self, pc: RTCPeerConnection, subscriber: str):
-        """A sendonly transceiver on ``pc`` carrying this track; returns (track, transceiver)."""
+    def attach(self, pc: RTCPeerConnection, subscriber: str, transceiver: RTCRtpTransceiver | None = None):
+        """A sendonly transceiver on ``pc`` carrying this track (``transceiver``, one the
+        subscriber offered to receive on, or a new one); returns (track, transceiver)."""
         track = ForwardedAudioTrack(self, subscriber)
-        transceiver = pc.addTransceiver(track, direction="sendonly")
+        transceiver = _sending(pc, track, transceiver)
         track.writer = RtpWriter(transceiver.sender)
         self._subs.add(track)
         return track, transceiver
@@ -274,10 +275,10 @@ class TrackFanout:
         finally:
             self._forward(None)
 
-    def attach(self, pc: RTCPeerConnection, subscriber: str):
+    def attach(self, pc: RTCPeerConnection, subscriber: str, transceiver: RTCRtpTransceiver | None = None):
         track = RelayedTrack(self, self.track_sid, self._queue_size)
         self._subs.add(track)
-        return track, pc.addTransceiver(track, direction="sendonly")
+        return track, _sending(pc, track, transceiver)
 
     def _unsubscribe(self, t: RelayedTrack) -> None:
         self._subs.discard(t)
@@ -320,6 +321,16 @@ class RelayedTrack(MediaStreamTrack):
         if self._queue.empty():
             self._queue.put_nowait(None)
         super().stop()
+
+
+def _sending(pc: RTCPeerConnection, track: MediaStreamTrack,
+             transceiver: RTCRtpTransceiver | None) -> RTCRtpTransceiver:
+    """``transceiver`` (not yet sending) now sending ``track``, or a new sendonly one on ``pc``."""
+    if transceiver is None:
+        return pc.addTransceiver(track, direction="sendonly")
+    transceiver.sender.replaceTrack(track)
+    transceiver.direction = "sendonly"
+    return transceiver
 
 
 def make_fanout(track: MediaStreamTrack, receiver: RTCRtpReceiver, track_sid: str,

@@ -1,4 +1,14 @@
-"""One participant's session: signal requests, publisher/subscriber peer connections."""
+"""One participant's session: signal requests and its peer connections.
+
+On the v0 signal path (``/rtc``) a participant has two: it offers on the publisher one and the
+server answers; the server offers on the subscriber one. On the v1 path (``/rtc/v1``, what the
+SDKs ask for first) it has one, the publisher one, for both ways, as with LiveKit: the
+participant always offers, the server always answers. A track it subscribes to goes out on a
+section it offered to receive on; when there are too few, the server asks for more
+(``MediaSectionsRequirement``) and the participant offers again. Each answer maps its mids to
+the track sids they carry (``mid_to_track_id``), and data to the participant goes on the data
+channels it opened.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +27,7 @@ from . import media_relay
 from .aiortc_seams import set_msid_stream
 from .ids import new_sid
 from .publisher_answer import configure_publisher_answer, red_payload_types
-from .subscriber_offer import offer_red, red_taken
+from .subscriber_offer import answer_red, offer_red, red_taken
 
 if TYPE_CHECKING:
     from .room import Room
@@ -49,6 +59,7 @@ class ParticipantOptions:
     client_protocol: int = 0
     capabilities: list[int] = field(default_factory=list)
     sdk: str = ""
+    single_pc: bool = False  # the v1 signal path: one peer connection, the participant offers
 
 
 class Participant:
@@ -71,7 +82,11 @@ class Participant:
         self.subscriptions: dict[str, Subscription] = {}  # track sid -> subscription
         self.announced = asyncio.Event()  # the room told the others and made its subscriptions
         self.pub_pc: RTCPeerConnection = media_relay.new_peer_connection()
-        self.sub_pc: RTCPeerConnection = media_relay.new_peer_connection()
+        # the v1 path has no subscriber peer connection: what it carried goes on pub_pc
+        self.sub_pc: RTCPeerConnection | None = None if options.single_pc else media_relay.new_peer_connection()
+        self._to_bind: list[PublishedTrack] = []  # v1: subscribed, waiting for a section to go out on
+        self._spent: set[RTCRtpTransceiver] = set()  # v1: sections that carried a track (never reused)
+        self._sections_asked = {"audio": 0, "video": 0}  # v1: asked for since the participant's last offer
         self._pub_dcs: dict[str, object] = {}
         self._new_media: list = []
         self._sub_dcs: dict[str, object] = {}
@@ -124,15 +139,30 @@ class Participant:
 
     # -- peer connection setup --------------------------------------------
     def _setup_pcs(self) -> None:
+        for label in (media_relay.RELIABLE_LABEL, media_relay.LOSSY_LABEL):
+            self._sub_dc_backlog[label] = []
+        if self.sub_pc is None:
+            self._setup_publisher_pc()
+
+            @self.pub_pc.on("connectionstatechange")
+            async def _on_state() -> None:
+                await self._connected(self.pub_pc)
+
+            return
         for label, opts in (
             (media_relay.RELIABLE_LABEL, {"ordered": True}),
             (media_relay.LOSSY_LABEL, {"ordered": False, "maxRetransmits": 0}),
         ):
             dc = self.sub_pc.createDataChannel(label, **opts)
             self._sub_dcs[label] = dc
-            self._sub_dc_backlog[label] = []
             dc.on("open", lambda label=label: self._flush_dc(label))
+        self._setup_publisher_pc()
 
+        @self.sub_pc.on("connectionstatechange")
+        async def _on_sub_state() -> None:
+            await self._connected(self.sub_pc)
+
+    def _setup_publisher_pc(self) -> None:
         @self.pub_pc.on("datachannel")
         def _on_dc(channel) -> None:
             self._pub_dcs[channel.label] = channel
@@ -145,17 +175,23 @@ class Participant:
                 if isinstance(message, (bytes, bytearray)):
                     self.room.relay_data(self, bytes(message), reliable)
 
+            if self.sub_pc is None:  # v1: data to this participant goes on its own channels
+                self._sub_dcs[channel.label] = channel
+                if channel.readyState == "open":
+                    self._flush_dc(channel.label)
+                else:
+                    channel.on("open", lambda label=channel.label: self._flush_dc(label))
+
         @self.pub_pc.on("track")
         def _on_track(track) -> None:
             self._new_media.append(track)  # handled once the offer is fully applied
 
-        @self.sub_pc.on("connectionstatechange")
-        async def _on_sub_state() -> None:
-            state = self.sub_pc.connectionState
-            if state == "connected" and self.info.state != models.ParticipantInfo.State.ACTIVE:
-                self.info.state = models.ParticipantInfo.State.ACTIVE
-                self.bump_version()
-                await self.room.broadcast_participant(self)
+    async def _connected(self, pc: RTCPeerConnection) -> None:
+        """The peer connection that carries what the participant receives connected: it is active."""
+        if pc.connectionState == "connected" and self.info.state != models.ParticipantInfo.State.ACTIVE:
+            self.info.state = models.ParticipantInfo.State.ACTIVE
+            self.bump_version()
+            await self.room.broadcast_participant(self)
 
     def _flush_dc(self, label: str) -> None:
         dc = self._sub_dcs[label]
@@ -166,7 +202,11 @@ class Participant:
     def send_data(self, data: bytes, reliable: bool) -> None:
         label = media_relay.RELIABLE_LABEL if reliable else media_relay.LOSSY_LABEL
         dc = self._sub_dcs.get(label)
-        if dc is None or self.closed:
+        if self.closed:
+            return
+        if dc is None:  # v1: until the participant's own channel comes
+            if self.sub_pc is None:
+                self._sub_dc_backlog[label].append(data)
             return
         if dc.readyState == "open":
             dc.send(data)
@@ -192,20 +232,30 @@ class Participant:
         await self.send(rtc.SignalResponse(pong_resp=pong))
 
     async def _on_offer(self, sd: rtc.SessionDescription) -> None:
-        # publisher negotiation: client offers, we answer
+        # publisher negotiation (on v1, all of it): client offers, we answer
         await self.pub_pc.setRemoteDescription(RTCSessionDescription(sdp=sd.sdp, type="offer"))
         self._remote_set[0] = True
         new_media, self._new_media = self._new_media, []
         red_of_mid = red_payload_types(sd.sdp, self._audio_track_info)  # before the tracks stop being pending
         for track in new_media:
             self._on_media_track(track, sd.sdp, red_of_mid)
+        if self.sub_pc is None:
+            self._sections_asked = {"audio": 0, "video": 0}
+            self._bind_subscriptions(sd.sdp)
         await self._flush_trickle(0)
         answer = await self.pub_pc.createAnswer()
         await self.pub_pc.setLocalDescription(answer)
         # The publisher reads these settings (how it may send); of them, the forwarder needs only RED's.
         sdp = configure_publisher_answer(self.pub_pc.localDescription.sdp, sd.sdp, self._audio_track_info)
-        await self.send(rtc.SignalResponse(answer=rtc.SessionDescription(type="answer", sdp=sdp, id=sd.id)))
+        reply = rtc.SessionDescription(type="answer", sdp=sdp, id=sd.id)
+        if self.sub_pc is None:
+            reply.sdp = self._answer_subscriptions(sdp, sd.sdp)
+            reply.mid_to_track_id.update({s.transceiver.mid: sid for sid, s in self.subscriptions.items()
+                                          if s.transceiver.mid})
+        await self.send(rtc.SignalResponse(answer=reply))
         await self._check_unpublished(sd.sdp)
+        if self.sub_pc is None and self._to_bind:
+            await self._ask_for_sections()
 
     async def _on_answer(self, sd: rtc.SessionDescription) -> None:
         fut = self._answer_fut
@@ -213,7 +263,7 @@ class Participant:
             fut.set_result(sd.sdp)
 
     async def _on_trickle(self, t: rtc.TrickleRequest) -> None:
-        target = int(t.target)
+        target = int(t.target) if self.sub_pc is not None else 0  # v1: one peer connection
         cand = media_relay.parse_trickle(t.candidateInit, self._allowed_ips)
         if cand is None:
             return
@@ -372,11 +422,20 @@ class Participant:
     def subscribe(self, pub: PublishedTrack) -> None:
         if self.closed or pub.info.sid in self.subscriptions or pub.fanout is None:
             return
-        relayed, transceiver = pub.fanout.attach(self.sub_pc, self.identity)
+        if self.sub_pc is None:  # v1: on a section the participant offers to receive on
+            if pub not in self._to_bind:
+                self._to_bind.append(pub)
+                self.negotiate_subscriber()
+            return
+        self._attach(pub, self.sub_pc)
+        self.negotiate_subscriber()
+
+    def _attach(self, pub: PublishedTrack, pc: RTCPeerConnection, transceiver: RTCRtpTransceiver | None = None) -> None:
+        assert pub.fanout is not None
+        relayed, transceiver = pub.fanout.attach(pc, self.identity, transceiver)
         # msid "<participant sid>|<track sid> <track sid>" is how the SDK maps media to tracks
         set_msid_stream(transceiver.sender, f"{pub.publisher.sid}|{pub.info.sid}")
         self.subscriptions[pub.info.sid] = Subscription(pub, relayed, transceiver)
-        self.negotiate_subscriber()
         pub.publisher.spawn(
             pub.publisher.send(
                 rtc.SignalResponse(track_subscribed=rtc.TrackSubscribed(track_sid=pub.info.sid))
@@ -385,6 +444,7 @@ class Participant:
         )
 
     def unsubscribe(self, track_sid: str) -> None:
+        self._to_bind = [pub for pub in self._to_bind if pub.info.sid != track_sid]
         sub = self.subscriptions.pop(track_sid, None)
         if sub is None:
             return
@@ -394,8 +454,55 @@ class Participant:
             sub.transceiver.direction = "inactive"
             self.negotiate_subscriber()
 
+    # -- v1: the participant offers the sections its subscriptions go out on --
+    def _bind_subscriptions(self, offer_sdp: str) -> None:
+        """Each track waiting to go out takes a section of ``offer_sdp`` the participant offered to
+        receive on (of its kind, never used before), before the answer is made."""
+        receiving = {s["mid"] for s in media_relay.media_sections(offer_sdp)
+                     if s["direction"] == "recvonly" and s["port"] != "0"}
+        free = [t for t in self.pub_pc.getTransceivers()
+                if t.mid in receiving and t not in self._spent and t.sender.track is None]
+        for pub in list(self._to_bind):
+            kind = "audio" if pub.info.type == models.TrackType.AUDIO else "video"
+            transceiver = next((t for t in free if t.kind == kind), None)
+            if transceiver is None:
+                continue
+            free.remove(transceiver)
+            self._to_bind.remove(pub)
+            self._spent.add(transceiver)
+            if pub.fanout is not None:
+                self._attach(pub, self.pub_pc, transceiver)
+
+    def _answer_subscriptions(self, answer_sdp: str, offer_sdp: str) -> str:
+        """The answer with RED first in the sections of audio tracks published with RED, where the
+        participant offered RED; each forwarder then sends RED, or the primary alone."""
+        audio = [s for s in self.subscriptions.values() if isinstance(s.relayed, media_relay.ForwardedAudioTrack)]
+        sdp, taken = answer_red(answer_sdp, offer_sdp, {s.transceiver.mid for s in audio if s.relayed.offers_red})
+        for s in audio:
+            s.relayed.writer.red_payload_type = taken.get(s.transceiver.mid)
+        return sdp
+
+    async def _ask_for_sections(self, *, always: bool = False) -> None:
+        """Ask the participant for the receiving sections its waiting tracks lack, as LiveKit does
+        (``MediaSectionsRequirement``); ``always``: ask even for none, so that it offers again
+        (a section now carries a track, or no longer does)."""
+        wanted = {"audio": 0, "video": 0}
+        for pub in self._to_bind:
+            wanted["audio" if pub.info.type == models.TrackType.AUDIO else "video"] += 1
+        more = {kind: max(0, n - self._sections_asked[kind]) for kind, n in wanted.items()}
+        if not always and not any(more.values()):
+            return
+        for kind, n in more.items():
+            self._sections_asked[kind] += n
+        await self.send(rtc.SignalResponse(media_sections_requirement=rtc.MediaSectionsRequirement(
+            num_audios=more["audio"], num_videos=more["video"])))
+
     def negotiate_subscriber(self) -> None:
-        """Queue a server-offer renegotiation of the subscriber PC."""
+        """Queue a server-offer renegotiation of the subscriber PC (v1: ask the participant to offer)."""
+        if self.sub_pc is None:
+            if not self.closed:
+                self.spawn(self._ask_for_sections(always=True), "lk-media-sections")
+            return
         self._neg_needed = True
         if self._neg_task is None or self._neg_task.done():
             self._neg_task = self.spawn(self._negotiate_loop(), "lk-sub-negotiation")
@@ -446,6 +553,8 @@ class Participant:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for pc in (self.pub_pc, self.sub_pc):
+            if pc is None:
+                continue
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pc.close(), 5)
         if self.close_transport is not None:

@@ -35,6 +35,24 @@ async def _allow_any_origin(request: web.Request, handler: Any) -> web.StreamRes
     return response
 
 
+class RequestRecord:
+    """What every HTTP request got (method, path, status; 101 for a websocket taken): an SDK
+    that asks for a path this server lacks shows as a 404 here."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, int]] = []
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            self.requests.append((request.method, request.path, exc.status))
+            raise
+        self.requests.append((request.method, request.path, response.status))
+        return response
+
+
 class ServerCore:
     """The LiveKit server (see package docstring for versions); all of it runs on the loop
     that started it."""
@@ -61,6 +79,7 @@ class ServerCore:
         self.rooms: dict[str, Room] = {}
         self.closed_rooms: list[str] = []
         self.forwarding = ForwardingRecord()
+        self.http = RequestRecord()
         self._dispatcher = AgentDispatcher(self)
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
@@ -77,12 +96,13 @@ class ServerCore:
         return {self.ip}
 
     async def start(self) -> ServerCore:
-        app = web.Application(middlewares=[_allow_any_origin])
+        app = web.Application(middlewares=[self.http.middleware, _allow_any_origin])
         app.router.add_get("/", self._health)
         app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
         app.router.add_get("/rtc/validate", lambda r: signal.validate(self, r))
+        app.router.add_get("/rtc/v1", lambda r: signal.rtc_v1_socket(self, r))
+        app.router.add_get("/rtc/v1/validate", lambda r: signal.validate_v1(self, r))
         app.router.add_get("/agent", self._dispatcher.handle_ws)
-        # /rtc/v1 (single peer connection) is deliberately absent: 404 -> SDK uses /rtc
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

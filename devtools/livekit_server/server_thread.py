@@ -149,6 +149,10 @@ class LoopbackLiveKitServer:
         """Per audio track: packets in, packets out to each subscriber, and how long ago each last went."""
         return "\n".join(self._read(lambda core: core.forwarding.summary(time.perf_counter_ns())))
 
+    def http_requests(self) -> tuple[tuple[str, str, int], ...]:
+        """Every HTTP request the server has answered so far: (method, path, status)."""
+        return self._read(lambda core: tuple(core.http.requests))
+
     # -- actions ----------------------------------------------------------
     async def close_room(self, name: str) -> None:
         """Send Leave(ROOM_DELETED) to everyone and drop the room (fault tests)."""

@@ -25,8 +25,8 @@ WORKER_PORT = 8090
 SFU_PORT = 7880
 LIVEKIT_AGENT = "netem-agent"
 LIVEKIT_KEY, LIVEKIT_SECRET = "devkey", "netem-loopback-secret-0123456789abcdef"
-#: The worker's env switch for the caller's receive buffer.
-RECEIVE_BUFFER_ENV = "DUPLEX_RECEIVE_BUFFER"
+#: The worker's program: the CLI (a bench may name a module that runs it with a variant installed).
+WORKER_MODULE = "duplex_agent.agent.app.cli"
 _NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
             "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
 _FUNCTION_WORDS = set(["a", "an", "the", "to", "for", "of", "and", "or", "in", "on", "at", "is", "are", "am", "be", "i", "me", "my", "you", "your", "we", "our", "it", "that", "this", "please", "would", "like", "about", "whether", "with"])
@@ -71,11 +71,11 @@ def environment(extra: dict[str, str]) -> dict[str, str]:
 
 
 def start_worker(link: ImpairedLink, log: IO[str], env: dict[str, str] | None = None,
-                 *flags: str) -> subprocess.Popen:
+                 *flags: str, module: str = WORKER_MODULE) -> subprocess.Popen:
     """The embedded worker (reference model, echo responder) in the worker's namespace, serving
     on its address there; its output goes to ``log``. The link ends it when it closes."""
     address = link.address["worker"]
-    command = [*link.exec_prefix("worker"), sys.executable, "-m", "duplex_agent.agent.app.cli", "serve",
+    command = [*link.exec_prefix("worker"), sys.executable, "-m", module, "serve",
                "--host", address, "--port", str(WORKER_PORT), "--plugin", "reference", "--responder", "echo",
                "--ice-address", address, "--allow-unauthenticated", *flags]
     return subprocess.Popen(command, env=environment(env or {}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,

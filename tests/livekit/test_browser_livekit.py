@@ -209,6 +209,13 @@ async def test_page_talks_with_the_dispatched_worker_over_livekit(livekit_server
         await _in_thread(browser.wait_for_text, "connect", "Connect", 10)
         await until(lambda: not any(identity.startswith("caller-") for identity in _participants(
             livekit_server, "browser-call")), 15, "the page to leave the room")
+        # livekit-client asks for /rtc/v1 first, as the worker's SDK does: both were served there,
+        # nothing either asked for got a 404 (the browser's console would show it as an error).
+        await until(lambda: sum(r[1] == "/rtc/v1" for r in livekit_server.http_requests()) >= 2, 15,
+                       "the page's and the agent's signal connections to end")
+        requests = livekit_server.http_requests()
+        assert not [r for r in requests if r[2] == 404], requests
+        assert not [r for r in requests if r[1] == "/rtc"], requests
     except BaseException:
         print("--- page console ---\n" + await _in_thread(_console, browser))
         print("--- worker log (tail) ---\n" + worker.log()[-4000:])

@@ -113,7 +113,8 @@ def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> N
     async def record_with_packets() -> None:
         try:
             stats = await asyncio.wait_for(rtc_room.get_rtc_stats(), 5)
-            packets = [s.inbound_rtp.received.packets_received for s in stats.subscriber_stats
+            packets = [s.inbound_rtp.received.packets_received  # v1 signal path: under the publisher's
+                       for s in (*stats.subscriber_stats, *stats.publisher_stats)
                        if s.WhichOneof("stats") == "inbound_rtp"]
         except (TimeoutError, RuntimeError) as exc:  # the room already left
             packets = repr(exc)

@@ -20,6 +20,13 @@ async def join(server: LoopbackLiveKitServer, rooms: list[rtc.Room], identity: s
     return r
 
 
+def inbound_rtp(stats) -> list:
+    """What a room received, per stream: on the v1 signal path (one peer connection) the SDK
+    reports it under its publisher's stats, on v0 under its subscriber's."""
+    return [s.inbound_rtp for s in (*stats.subscriber_stats, *stats.publisher_stats)
+            if s.WhichOneof("stats") == "inbound_rtp"]
+
+
 class SineFeeder:
     """Publishes a 440 Hz sine through an rtc.AudioSource in real time."""
 

@@ -20,7 +20,7 @@ from livekit import rtc
 from devtools.livekit_server import LoopbackLiveKitServer
 from devtools.livekit_server.media_relay import Hop
 
-from .peers import SineFeeder, eventually, join
+from .peers import SineFeeder, eventually, inbound_rtp, join
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -100,7 +100,7 @@ async def test_a_lost_packet_does_not_hold_the_ones_after_it(server: LoopbackLiv
     latencies = [hop_ms(hops[a.sequence_number]) for a in after if a.sequence_number in hops]
     assert np.percentile(latencies, 95) <= HOP_P95_LIMIT_MS, latencies
     # The subscriber saw the gap (its sequence numbers carry it), as behind LiveKit's SFU.
-    inbound = [s.inbound_rtp for s in stats.subscriber_stats if s.WhichOneof("stats") == "inbound_rtp"]
+    inbound = inbound_rtp(stats)
     assert inbound and inbound[0].received.packets_lost >= 1
     # The summary a failing test prints names the track's publisher and counts the lost one in, not out.
     line = next(row for row in server.forwarding_summary().splitlines() if row.startswith(sid))
@@ -134,7 +134,7 @@ async def test_the_last_packets_before_a_pause_are_forwarded_at_once(server: Loo
 
         async def received() -> int:
             stats = await bob.get_rtc_stats()
-            inbound = [s.inbound_rtp for s in stats.subscriber_stats if s.WhichOneof("stats") == "inbound_rtp"]
+            inbound = inbound_rtp(stats)
             return inbound[0].received.packets_received if inbound else 0
 
         # The subscriber gets every packet that reached the server, the tail too, while the publisher is paused.
@@ -265,7 +265,7 @@ async def test_red_rebuilds_a_lost_packets_frame_at_the_subscriber(server: Loopb
             await eventually(lambda: len(hops_of(server, sid)) >= forwarded + 25, 10)  # past the jitter buffer  # noqa: B023 (called within this iteration)
             stats = await bob.get_rtc_stats()
             playout.cancel()
-        inbound = [s.inbound_rtp for s in stats.subscriber_stats if s.WhichOneof("stats") == "inbound_rtp"]
+        inbound = inbound_rtp(stats)
         assert inbound and inbound[0].received.packets_lost >= losses  # the losses reached bob as gaps
         concealment_events[red] = inbound[0].inbound.concealment_events
         arrivals = [a for a in server.forwarding()[0] if a.track_sid == sid]

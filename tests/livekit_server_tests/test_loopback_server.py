@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 from livekit import api, rtc
 from livekit.protocol import agent as agent_pb
+from livekit.protocol import models as models_pb
+from livekit.protocol import rtc as rtc_pb
 
 from devtools.livekit_server import LoopbackLiveKitServer
 
@@ -35,8 +38,40 @@ async def test_validate_endpoint(server: LoopbackLiveKitServer) -> None:
         assert ok.status == 200
         bad = await s.get(f"{http}/rtc/validate", params={"access_token": "nope"})
         assert bad.status == 401
-        v1 = await s.get(f"{http}/rtc/v1/validate")
-        assert v1.status == 404
+        # v1, as livekit-server answers it: the token first, then the join request it needs
+        assert (await s.get(f"{http}/rtc/v1/validate")).status == 401
+        token = server.mint_token("x", "r")
+        assert (await s.get(f"{http}/rtc/v1/validate", params={"access_token": token})).status == 400
+        request = rtc_pb.JoinRequest(client_info=models_pb.ClientInfo(protocol=16))
+        join_request = rtc_pb.WrappedJoinRequest(join_request=request.SerializeToString())
+        param = base64.urlsafe_b64encode(join_request.SerializeToString()).decode()
+        v1 = await s.get(f"{http}/rtc/v1/validate", params={"access_token": token, "join_request": param})
+        assert v1.status == 200 and await v1.text() == "success"
+        assert (await s.get(f"{http}/rtc/v1", params={"access_token": token})).status == 404  # not a websocket
+
+
+async def test_the_sdk_joins_on_the_v1_path_and_nothing_it_asks_for_is_missing(server: LoopbackLiveKitServer,
+                                                                               rooms) -> None:
+    """The Rust SDK asks for /rtc/v1 first (one peer connection) and falls back to /rtc only on a
+    404, logging "signal connection failed on v1 path": served, no request of a join, a publish,
+    a subscription and a leave gets a 404."""
+    a = await join(server, rooms, "alice", "v1-room")
+    b = await join(server, rooms, "bob", "v1-room")
+    subscribed = future()
+    b.on("track_subscribed", lambda track, pub, p: resolve(subscribed, track.sid))
+    with SineFeeder() as feeder:
+        opts = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+        pub = await asyncio.wait_for(a.local_participant.publish_track(feeder.track, opts), 10)
+        assert await asyncio.wait_for(subscribed, 10) == pub.sid
+        # one peer connection each: bob's copy goes out on a section bob offered to receive on
+        await eventually(lambda: pub.sid in server.rooms["v1-room"].participants["bob"].subscriptions)
+    for room in list(rooms):
+        await asyncio.wait_for(room.disconnect(), 20)
+        rooms.remove(room)
+    await eventually(lambda: len([r for r in server.http_requests() if r[1] == "/rtc/v1"]) == 2, 10)
+    requests = server.http_requests()
+    assert [r for r in requests if r[2] == 404] == [], requests
+    assert {r for r in requests if r[1].startswith("/rtc")} == {("GET", "/rtc/v1", 101)}, requests
 
 
 async def test_invalid_token_is_rejected(server: LoopbackLiveKitServer) -> None:

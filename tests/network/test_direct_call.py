@@ -8,7 +8,6 @@ import pytest
 
 from devtools.netem import ImpairedLink, Impairment
 from devtools.netem.calls import (
-    RECEIVE_BUFFER_ENV,
     CallerProcess,
     recall,
     receive_figures,
@@ -33,7 +32,7 @@ def call_rig(tmp_path_factory):
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
     with ImpairedLink(seed=11) as link, open(folder / "worker.log", "w") as worker_log, \
             open(folder / "caller.log", "w") as caller_log:
-        worker = start_worker(link, worker_log, {RECEIVE_BUFFER_ENV: "adaptive"})
+        worker = start_worker(link, worker_log)
         with CallerProcess(link, clips, caller_log) as caller:
             yield link, caller, worker
         # Logs stay in the test's tmp folder when something needs explaining.

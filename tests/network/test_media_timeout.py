@@ -14,7 +14,7 @@ import time
 import pytest
 
 from devtools.netem import ImpairedLink
-from devtools.netem.calls import RECEIVE_BUFFER_ENV, CallerProcess, start_worker, worker_url, write_clips
+from devtools.netem.calls import CallerProcess, start_worker, worker_url, write_clips
 from devtools.speech import speak
 
 from .test_direct_call import LONG, QUESTION, STOP, assert_heard_and_stoppable, connect
@@ -31,7 +31,7 @@ def call_rig(tmp_path_factory):
                         speak(LONG, 48000, before_ms=300, after_ms=800), speak(STOP, 48000, after_ms=100))
     with ImpairedLink(seed=13) as link, open(folder / "worker.log", "w") as worker_log, \
             open(folder / "caller.log", "w") as caller_log:
-        worker = start_worker(link, worker_log, {RECEIVE_BUFFER_ENV: "adaptive"}, "--media-timeout", str(TIMEOUT_S))
+        worker = start_worker(link, worker_log, None, "--media-timeout", str(TIMEOUT_S))
         with CallerProcess(link, clips, caller_log) as caller:
             yield link, caller, worker
 

@@ -120,16 +120,6 @@ async def test_continuous_noise_pauses_a_reply_at_most_max_false_pauses_times():
     await path.close()
 
 
-async def test_with_pausing_off_a_short_sound_is_not_heard_and_held_speech_still_cancels():
-    conversation, path = await open_call(pause_on_onset=False)
-    await reply(conversation, path, 1000)
-    heard = paced(path, [QUIET] * 3 + BURST + [QUIET] * 3)
-    assert all(f.any() for f in heard) and path.pauses == 0
-    paced(path, SPEECH)
-    assert conversation.sent_of(ResponseCancel) and path.pauses == 0
-    await path.close()
-
-
 async def test_the_minimum_speech_follows_the_sessions_turn_detection():
     conversation, path = await open_call(turn_detection={"type": "server_vad", "min_speech_ms": 250})
     await reply(conversation, path, 2000)

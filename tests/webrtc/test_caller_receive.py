@@ -1,5 +1,4 @@
-"""The caller's receive path on a real aiortc connection: our buffer serves the call by default,
-aiortc's on request; its figures reach /metrics per call and in total; garbage payloads, an
+"""The caller's receive path on a real aiortc connection: our buffer serves the call; its figures reach /metrics per call and in total; garbage payloads, an
 SSRC change, a sequence jump of thousands and a timestamp wrap from a real sender are counted
 (and concealed) while the call goes on; the caller's receiver reports set the agent's FEC."""
 
@@ -10,16 +9,14 @@ import re
 
 import av
 import numpy as np
-import pytest
 
 from duplex_agent.agent import metrics
-from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol.events import InputAudioBufferAppend
 from duplex_agent.webrtc.direct import loss_feedback
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.signaling import WEBRTC_PEERS, register_webrtc_routes
-from duplex_agent.webrtc.direct.tracks import CallerAudioReader, OpusVoiceEncoder, PlayoutTrack
+from duplex_agent.webrtc.direct.tracks import OpusVoiceEncoder, PlayoutTrack
 from tests.support.audio import tone
 from tests.support.waits import until
 
@@ -76,20 +73,6 @@ async def test_our_buffer_serves_the_call_and_reports_per_call_and_in_total(host
     await http.close()
 
 
-async def test_the_aiortc_switch_keeps_aiortcs_buffer(host_address):
-    backend = EchoBackend()
-    app_http = await serve_with(backend, host_address, receive_buffer="aiortc")
-    http, app = app_http
-    client = ClientPeer(host_address, frames_of(tone(10000, rate=48000)))
-    try:
-        await client.connect(http)
-        await until(lambda: client.loud_frames() >= 25, 20, "the caller's audio echoed back")
-        assert isinstance(app[WEBRTC_PEERS].sessions[client.pc_id].caller_reader, CallerAudioReader)
-    finally:
-        await client.close()
-        await http.close()
-
-
 async def serve_with(backend, host_address, **options):
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
@@ -99,20 +82,6 @@ async def serve_with(backend, host_address, **options):
     http = TestClient(TestServer(app))
     await http.start_server()
     return http, app
-
-
-def test_the_receive_buffer_setting():
-    assert Settings().receive_buffer == "adaptive"
-    assert Settings.from_env({"DUPLEX_RECEIVE_BUFFER": "aiortc"}).receive_buffer == "aiortc"
-    from duplex_agent.agent.app.cli import PluginOptions, build_parser
-
-    settings = Settings()
-    parser = build_parser(settings, PluginOptions(settings))
-    assert settings.apply(parser.parse_args(["serve", "--receive-buffer", "aiortc"])).receive_buffer == "aiortc"
-    from aiohttp import web
-
-    with pytest.raises(ValueError, match="receive_buffer must be one of adaptive, aiortc"):
-        register_webrtc_routes(web.Application(), EchoBackend(), host_address="192.0.2.1", receive_buffer="jitter")
 
 
 class GarblingTrack(PlayoutTrack):

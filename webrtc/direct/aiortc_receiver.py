@@ -4,9 +4,9 @@
 aiortc's receiver parses RTP and RTCP, then hands each packet to its jitter buffer
 (``__jitter_buffer.add(packet) -> (pli, frame)``) and each completed frame to its
 decoder thread through ``__decoder_queue`` (``put``; ``put(None)`` when it stops).
-Our readers take those places before the receiver starts: the aiortc buffer mode
-keeps aiortc's jitter buffer and decodes what it hands over; the adaptive mode
-takes the packets themselves. Both see the receiver's stop as ``put(None)``.
+The caller's reader (``caller_receive.AdaptiveCallerAudioReader``) takes both places before the
+receiver starts: the packets come to it instead of aiortc's jitter buffer, and the receiver's
+stop reaches it as ``put(None)``.
 """
 
 from __future__ import annotations

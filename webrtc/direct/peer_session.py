@@ -37,8 +37,7 @@ from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
-from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER
-from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, CallerAudioReader, PlayoutTrack
+from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
@@ -67,7 +66,6 @@ class PeerSession:
         *,
         on_finished: Callable[[PeerSession, str], None],
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
-        receive_buffer: str = DEFAULT_RECEIVE_BUFFER,
         media_timeout_s: float = DEFAULT_MEDIA_TIMEOUT_S,
         **audio_options: Any,
     ) -> None:
@@ -81,8 +79,7 @@ class PeerSession:
         )
         self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
         self.loss_follower = LossFollower(self.playout_track.encoder)
-        self.receive_buffer = receive_buffer
-        self.caller_reader: AdaptiveCallerAudioReader | CallerAudioReader | None = None
+        self.caller_reader: AdaptiveCallerAudioReader | None = None
         self.media_timeout_s = media_timeout_s
         self._media_watch: MediaWatchdog | None = None
         self._channel: RTCDataChannel | None = None
@@ -140,12 +137,8 @@ class PeerSession:
         sender = self.pc.addTrack(self.playout_track)
         self._tasks.append(asyncio.create_task(self.loss_follower.follow(sender), name=f"peer-{self.pc_id}-loss"))
         receiver = next(t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track)
-        on_ended = lambda: self.finish("track_ended")  # noqa: E731
-        if self.receive_buffer == "aiortc":
-            self.caller_reader = CallerAudioReader(receiver, self.audio.push_caller_frame, on_ended=on_ended)
-        else:
-            self.caller_reader = AdaptiveCallerAudioReader(receiver, self.audio.push_caller_frame,
-                                                           call_id=self.pc_id, on_ended=on_ended)
+        self.caller_reader = AdaptiveCallerAudioReader(receiver, self.audio.push_caller_frame, call_id=self.pc_id,
+                                                       on_ended=lambda: self.finish("track_ended"))
         if self.media_timeout_s > 0:
             reader = self.caller_reader
             self._media_watch = MediaWatchdog(self.media_timeout_s, lambda: reader.last_packet_at,

@@ -131,8 +131,7 @@ class ReceiveBuffer:
     """One caller's stream; ``sink(samples, 48000)`` gets the timeline in order (float32 mono)."""
 
     def __init__(self, sink: Callable[[np.ndarray, int], None], *,
-                 on_frame: Callable[[str, float | None], None] | None = None, learn_from_late: bool = True) -> None:
-        """``learn_from_late=False``: late packets do not raise the target (the buffer as it was, for the bench)."""
+                 on_frame: Callable[[str, float | None], None] | None = None) -> None:
         self._sink = sink
         self._on_frame = on_frame  # (outcome, arrival-to-handoff delay or None): for metrics
         self.counts = ReceiveCounts()
@@ -146,7 +145,6 @@ class ReceiveBuffer:
         self._transits = _Transits(0.0)
         self._last_transit: float | None = None
         self.jitter_s = 0.0  # RFC 3550 interarrival jitter, in seconds
-        self._learn_from_late = learn_from_late
         self._late_floor_s = 0.0  # the least target, learned from packets that came too late
         self._late_at: float | None = None  # arrival of the last of them
         self._floor_from = 0.0  # the floor as last learned (it shrinks from there)
@@ -204,10 +202,7 @@ class ReceiveBuffer:
         if rtp < self._cursor:
             if rtp <= self._highest:  # overtaken by a later packet, and its place was filled: too late
                 self.counts.late += 1
-                if self._learn_from_late:
-                    transit = arrival - (rtp - self._base) / SAMPLE_RATE
-                    self._transits.add(transit)  # a sample of the path too: the spread's percentile counts it
-                    self._raise_late_floor(transit, arrival)
+                self._learn_from_late(arrival - (rtp - self._base) / SAMPLE_RATE, arrival)
                 return
             # The newest packet yet, after its place was filled: the stream as a whole fell behind the
             # clock (a sender whose loop stalled and whose clock skipped the stall, a longer path). The
@@ -233,6 +228,12 @@ class ReceiveBuffer:
         self._highest = max(self._highest, rtp)
         self._pending[rtp] = _Packet(opus, samples, arrival)
         self._drain(arrival, open_holes=False)
+
+    def _learn_from_late(self, transit: float, arrival: float) -> None:
+        """A packet of ``transit`` came after its place was filled: a sample of the path too (the
+        spread's percentile counts it), and it raises the least target (``_raise_late_floor``)."""
+        self._transits.add(transit)
+        self._raise_late_floor(transit, arrival)
 
     def _raise_late_floor(self, transit: float, arrival: float) -> None:
         """A packet of ``transit`` came later than the jitter's target waits: from now on (for

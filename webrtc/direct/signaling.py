@@ -26,7 +26,6 @@ from duplex_agent.agent.session.ports import AdmissionError, Conversation, Duple
 from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.host_address import candidates_on
 from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, TRANSPORT, PeerSession
-from duplex_agent.webrtc.direct.receive_modes import DEFAULT_RECEIVE_BUFFER, RECEIVE_BUFFER_MODES
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -280,13 +279,9 @@ def register_webrtc_routes(
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
-    ``audio_options`` go to each call's PeerSession (opus_bitrate, receive_buffer, media_timeout_s)
-    and CallAudioPath (overlap_policy, ...); an unknown receive_buffer or a negative
-    media_timeout_s is a ValueError here.
+    ``audio_options`` go to each call's PeerSession (opus_bitrate, media_timeout_s)
+    and CallAudioPath (overlap_policy, ...); a negative media_timeout_s is a ValueError here.
     """
-    receive_buffer = audio_options.get("receive_buffer", DEFAULT_RECEIVE_BUFFER)
-    if receive_buffer not in RECEIVE_BUFFER_MODES:
-        raise ValueError(f"receive_buffer must be one of {', '.join(RECEIVE_BUFFER_MODES)}, not {receive_buffer!r}")
     if audio_options.get("media_timeout_s", 0) < 0:
         raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "
                          f"not {audio_options['media_timeout_s']!r}")

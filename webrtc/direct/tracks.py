@@ -1,29 +1,19 @@
-"""aiortc media glue: a paced outgoing track that encodes its own Opus, and the caller's audio decoded on the loop."""
+"""aiortc media glue: a paced outgoing track that encodes its own Opus, and decoded frames as mono float32."""
 
 from __future__ import annotations
 
 import asyncio
 import fractions
 import functools
-import logging
-import threading
 import time
 from collections.abc import Callable
-from typing import cast
 
 import av
 import numpy as np
-from aiortc import RTCRtpCodecParameters, RTCRtpReceiver
-from aiortc.codecs import get_decoder
-from aiortc.codecs.base import Decoder
-from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from duplex_agent.webrtc.direct.aiortc_receiver import take_decoder_queue
 from duplex_agent.webrtc.direct.libopus import OpusEncoder
 from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
-
-logger = logging.getLogger("duplex_agent.webrtc")
 
 _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 _FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
@@ -152,72 +142,3 @@ def frame_to_mono_f32(frame: av.AudioFrame) -> np.ndarray:
     if first.dtype == np.int16:
         return first.astype(np.float32) * np.float32(1.0 / 32768.0)
     return first.astype(np.float32, copy=False)
-
-
-class CallerAudioReader:
-    """The caller's audio through aiortc's own jitter buffer (``receive_buffer=aiortc``, kept
-    to compare with ``caller_receive.AdaptiveCallerAudioReader``): decodes the caller's Opus
-    on the event loop as aiortc's receiver hands it over, and gives each frame to ``sink``
-    as mono float32: no thread hop and no task per frame.
-
-    aiortc decodes on a thread of its own per receiver and hands every frame back to
-    the loop as a new task; its receiver passes each encoded frame to that thread
-    through its decoder queue. This reader takes that queue's place before the receiver
-    starts (``aiortc_receiver.take_decoder_queue``): ``put`` decodes in line (libopus,
-    ~30 us a frame). aiortc's thread still starts, and waits in ``get`` until the
-    receiver stops (``put(None)``), which also ends the call as the track's end did.
-    """
-
-    def __init__(
-        self,
-        receiver: RTCRtpReceiver,
-        sink: Callable[[np.ndarray, int], None],
-        *,
-        on_ended: Callable[[], None] | None = None,
-    ) -> None:
-        self._sink = sink
-        self._on_ended = on_ended
-        self._loop = asyncio.get_running_loop()
-        self.last_packet_at: float | None = None  # the loop's clock at the caller's last frame (media timeout)
-        self._decoder: Decoder | None = None
-        self._codec_name = ""
-        self._stopped = threading.Event()
-        take_decoder_queue(receiver, self)
-
-    # ---- the receiver's side (on the loop) ----
-
-    def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
-        if task is None:  # the receiver stops
-            if not self._stopped.is_set():
-                self._stopped.set()
-                logger.debug("caller track ended")
-                if self._on_ended is not None:
-                    self._on_ended()
-            return
-        if self._stopped.is_set():  # closed by its owner: the call is going
-            return
-        codec, encoded = task
-        self.last_packet_at = self._loop.time()
-        try:
-            if codec.name != self._codec_name:
-                self._decoder, self._codec_name = get_decoder(codec), codec.name
-            assert self._decoder is not None
-            frames = self._decoder.decode(encoded)
-        except av.FFmpegError as exc:  # keep the decoder's state: the next frame decodes
-            logger.debug("caller audio frame failed to decode: %s", exc)
-            return
-        # An audio codec's decoder; aiortc's Decoder.decode is typed for any media (list[av.frame.Frame]).
-        for frame in cast(list[av.AudioFrame], frames):
-            try:
-                self._sink(frame_to_mono_f32(frame), frame.sample_rate)
-            except Exception:
-                logger.exception("caller audio sink failed")
-
-    # ---- aiortc's decoder thread ----
-
-    def get(self) -> None:
-        self._stopped.wait()
-        return None
-
-    async def close(self) -> None:
-        self._stopped.set()  # lets aiortc's idle thread go; the receiver's own stop joins it

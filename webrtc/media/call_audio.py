@@ -105,7 +105,6 @@ class CallAudioPath:
         overlap_policy: str = "barge_in",
         turn_detection: dict[str, Any] | None = None,
         vad_model: SileroVadModel | None = None,
-        pause_on_onset: bool = True,  # False: no pause; the cancel waits for the minimum speech
         pause_on_level: bool = True,  # False: only the VAD's windows pause, not a rise in the caller's level
         barge_in_min_speech_ms: float | None = None,  # None: turn_detection's min_speech_ms
         barge_in_pause_threshold: float | None = None,  # None: pause_threshold(turn_detection's threshold)
@@ -127,7 +126,6 @@ class CallAudioPath:
         self._turn_detection = turn_detection if turn_detection is not None else {"type": "server_vad"}
         self._vad_model = vad_model
         self._onset: CallerOnsetDetector | None = None
-        self._pause_on_onset = pause_on_onset
         self._pause_on_level = pause_on_level
         self._level = LevelOnset()
         self._barge_in_min_speech_ms = barge_in_min_speech_ms
@@ -276,7 +274,6 @@ class CallAudioPath:
             pause_threshold=pause_threshold(vad.threshold) if pause_at is None else pause_at,
             release_threshold=release_threshold(vad.threshold),
             min_speech_ms=float(vad.min_speech_ms if min_speech is None else min_speech),
-            pause=self._pause_on_onset,
             level_onset=self._pause_on_level,
         )
 
