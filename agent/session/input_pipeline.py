@@ -55,6 +55,10 @@ class InputPipeline:
         self._vad_resampler: StreamingResampler | None = None
         self._prefix: deque[np.ndarray] = deque()
         self._prefix_samples = 0
+        #: The open turn's model-rate audio, and the last committed turn's until its reply speaks: a
+        #: caller who goes on before then was cut off too soon, and that turn leads the next one.
+        self._turn_audio = TurnAudio()
+        self._last_turn_audio = TurnAudio()
         self._append_seq = 0
         self._input_item_id: str | None = None
         #: Without server VAD, vLLM-Omni counts a turn's first append as speech_started and its commit as
@@ -199,7 +203,14 @@ class InputPipeline:
             and core.capabilities.supports_barge_in
             and not core.capabilities.handles_overlap
         ):
+            # Going on before the reply to the last turn said a word means that turn ended too soon
+            # (a pause mid-sentence): its audio leads this turn, so its words are recognised with the
+            # rest instead of going with the cancelled reply.
+            resumed = self._responses.withdraw_unanswered_turn()
             await self._responses.cancel("barge_in")
+            if resumed and self._last_turn_audio:
+                await self._feed(self._last_turn_audio.take())
+        self._last_turn_audio.clear()
 
     async def _on_speech_stopped(self, audio_ms: float) -> None:
         assert self._vad_settings is not None
@@ -224,6 +235,8 @@ class InputPipeline:
             await self._submit(reservation, final=False, silence_deadline=silence_deadline)
         if silence_deadline is None:
             self._silence.anchor()
+            if not core.continuous:
+                self._turn_audio.add(audio, core.capabilities.input_sample_rate)
 
     async def continue_with_silence(self, tick: SilenceTick) -> None:
         core = self._core
@@ -297,6 +310,8 @@ class InputPipeline:
         self._client_turn_open = False
         self._prefix.clear()
         self._prefix_samples = 0
+        self._turn_audio.clear()
+        self._last_turn_audio.clear()
         if self._vad is not None:
             self._vad.reset()
         if not core.continuous and (request_id := core.drop_input_request()) is not None:
@@ -329,6 +344,7 @@ class InputPipeline:
         request_id = await self._submit(reservation, final=True)
         core.drop_input_request()  # sealed: the next turn's input opens its own
         core.committed_turns += 1
+        self._last_turn_audio, self._turn_audio = self._turn_audio, TurnAudio()
         core.state.input_since_commit = False
         core.state.speech_since_commit = False
         self._input_item_id = None
@@ -349,3 +365,32 @@ class InputPipeline:
                                   event_id=command.event_id)
         self._core.state.deferred_response_create = False
         self._responses.start_next_turn()
+
+
+class TurnAudio:
+    """A turn's model-rate audio, its latest ``MAX_S`` kept (a turn that long did not end too soon)."""
+
+    MAX_S = 30.0
+
+    def __init__(self) -> None:
+        self._chunks: deque[np.ndarray] = deque()
+        self._samples = 0
+
+    def __bool__(self) -> bool:
+        return self._samples > 0
+
+    def add(self, audio: np.ndarray, rate: int) -> None:
+        self._chunks.append(audio)
+        self._samples += audio.size
+        while self._chunks and self._samples - self._chunks[0].size >= self.MAX_S * rate:
+            self._samples -= self._chunks.popleft().size
+
+    def take(self) -> np.ndarray:
+        """All of it, which it then forgets."""
+        audio = np.concatenate(list(self._chunks)) if self._chunks else np.zeros(0, np.float32)
+        self.clear()
+        return audio
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._samples = 0

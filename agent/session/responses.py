@@ -136,6 +136,21 @@ class ResponseManager:
             item.text = transcript
         self._core.emit(p.InputTranscriptionCompleted(item_id or self._core.new_id("item"), transcript))
 
+    def withdraw_unanswered_turn(self) -> bool:
+        """When the running response has said nothing yet and no turn waits behind its own: takes
+        that turn's user item out of history (the caller is still saying it; its words come with
+        the next turn) and returns True."""
+        response = self.active
+        if response is None or response.spoke or self.pending_turns:
+            return False
+        item_id = self._user_items_by_turn.pop(response.turn_id, None)
+        item = next((i for i in self.history if i.item_id == item_id and i.role == "user"), None)
+        if item is None:
+            return False
+        self.history.remove(item)
+        self._core.emit(p.ConversationItemDeleted(item.item_id))
+        return True
+
     # ---- one response ----
 
     def open(self, turn_id: int) -> ActiveResponse:

@@ -135,3 +135,28 @@ async def test_wrong_declared_rate(reference):
     await driver.append(speak(QUESTION, before_ms=300, after_ms=1200))
     heard, _ = await driver.until("conversation.item.input_audio_transcription.completed", timeout=30)
     assert "table" in words(heard["transcript"])
+
+
+async def test_a_caller_who_goes_on_after_a_pause_is_heard_whole(reference):
+    """A pause mid-thought ends the turn; the caller goes on before the reply says a word. The first
+    part's words are recognised with the rest, in one turn, and the reply answers all of it."""
+    driver, _ = reference
+    first = speak("I would like to hear about the weather in the mountains this weekend.", before_ms=300,
+                  after_ms=900)  # longer than the turn's silence window: the turn ends here
+    rest = speak("My family and our two dogs are coming too.", before_ms=0, after_ms=1200)
+    await driver.append(np.concatenate([first, rest]))  # faster than real time: the reply has not spoken
+
+    cancelled, seen = await driver.until("response.done", timeout=30)
+    assert cancelled["status"] == "cancelled" and cancelled["reason"] == "barge_in"
+    assert not [e for e in seen if e["type"] == "response.output_audio.delta"]  # it had said nothing
+    committed = [e for e in seen if e["type"] == "input_audio_buffer.committed"]
+    deleted = [e for e in seen if e["type"] == "conversation.item.deleted"]
+    assert [e["item_id"] for e in deleted] == [committed[0]["item_id"]]  # that turn is now the next one's
+
+    heard, more = await driver.until("conversation.item.input_audio_transcription.completed", timeout=30)
+    assert {"weather", "mountains", "family", "dogs"} <= set(words(heard["transcript"])), heard
+    assert not [e for e in seen if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    done, rest_seen = await driver.until("response.done", timeout=30)
+    assert done["status"] == "completed"
+    said = words(transcribe(reply_audio(more + rest_seen, done["response_id"])[0], 22050))
+    assert {"weather", "dogs"} <= set(said), said
