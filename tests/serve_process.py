@@ -26,6 +26,9 @@ def environment(**settings: str) -> dict[str, str]:
     """This process's environment without LiveKit or duplex settings, plus ``settings`` (secrets go here, never argv)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "DUPLEX_"))}
     env["HF_HUB_OFFLINE"] = "1"
+    # One intra-op thread for torch (the tiny Moshi): a worker under test shares 2 cores with the rest
+    # of the suite, where a thread per core leaves each step's parallel region waiting on a starved one.
+    env["OMP_NUM_THREADS"] = "1"
     env.update(settings)
     return env
 

@@ -147,13 +147,17 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
         if getattr(item, "type", "") != "message":
             return
         seen = item.text_content or ""
-        # an interrupted reply: also what our session acknowledged to the model as heard, what the
-        # model had said of it, and how much of its audio the room played
-        cut = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
-        loop.call_soon(lambda: _record(room, "item", role=item.role, text=item.text_content or "",
-                                       seen=seen, interrupted=item.interrupted, ledger=[c.heard for c in cut],
-                                       said=[c.said for c in cut], played_ms=[c.played_ms for c in cut],
-                                       response_id=cut[0].response_id if cut else None))
+
+        def record_item() -> None:
+            # an interrupted reply: also what our session acknowledged to the model as heard, what the
+            # model had said of it, and how much of its audio the room played (read once every listener
+            # of this event has run, as the text is)
+            cut = session.current_agent.duplex_session.cut_replies[-1:] if item.interrupted else []
+            _record(room, "item", role=item.role, text=item.text_content or "", seen=seen,
+                    interrupted=item.interrupted, ledger=[c.heard for c in cut], said=[c.said for c in cut],
+                    played_ms=[c.played_ms for c in cut], response_id=cut[0].response_id if cut else None)
+
+        loop.call_soon(record_item)
 
     session.on("conversation_item_added", item_added)
     # ev.error is the model's RealtimeModelError; its own error carries the wire's code
