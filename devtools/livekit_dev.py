@@ -7,6 +7,11 @@
         a LiveKit Agents app, run as livekit-agents runs one in development
         (``python -m livekit.agents start APP --dev``), and the page served here.
 
+Everything listens on one address: the worker's ``--host`` (``DUPLEX_HOST``, default 127.0.0.1),
+or with --app ``--host``: the loopback server's signal port, the page, and livekit-agents' own
+HTTP server (the app is told through ``DUPLEX_HOST``). Media (UDP, ICE) goes over the machine's
+interface, as aiortc's ICE skips loopback.
+
 Either way the page's dev tokens dispatch the agent name the agent registers under
 (``agent_name``, ``DUPLEX_AGENT_NAME``; the app gets it as ``LIVEKIT_AGENT_NAME``), so
 pressing Connect in the page's LiveKit mode brings the agent into the room. Prints the
@@ -33,7 +38,8 @@ def _args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--livekit-port", type=int, default=7880, help="the loopback LiveKit server's port")
     parser.add_argument("--app", help="a LiveKit Agents app (a file defining an AgentServer) to run instead of "
                                       "`duplex-agent dev`")
-    parser.add_argument("--host", default="127.0.0.1", help="with --app: the page's address")
+    parser.add_argument("--host", default="127.0.0.1", help="with --app: the address the page, the app and the "
+                                                              "LiveKit server listen on")
     parser.add_argument("--port", type=int, default=8080, help="with --app: the page's port")
     ns = parser.parse_args(own)
     if dev_args and ns.app:
@@ -48,13 +54,26 @@ def agent_name() -> str:
     return Settings.from_env(dict(os.environ)).agent_name
 
 
+def worker_host(dev_args: list[str]) -> str:
+    """The address ``duplex-agent dev DEV_ARGS`` will listen on: its ``--host``, else its setting's default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host")
+    given, _ = parser.parse_known_args(dev_args)
+    if given.host is not None:
+        return str(given.host)
+    from duplex_agent.agent.app.settings import Settings
+
+    return Settings.from_env(dict(os.environ)).host
+
+
 def main(argv: list[str] | None = None) -> int:
     ns, dev_args = _args(argv)
+    host = ns.host if ns.app else worker_host(dev_args)
     # pyjwt warns on every token signed with a key this short; it is the dev key on purpose.
     env = {**os.environ, "LIVEKIT_API_KEY": API_KEY, "LIVEKIT_API_SECRET": API_SECRET,
            "PYTHONWARNINGS": "ignore:The HMAC key is"}
-    server = subprocess.Popen([sys.executable, "-m", "devtools.livekit_server", "--port", str(ns.livekit_port),
-                               "--print-url"], env=env, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-m", "devtools.livekit_server", "--host", host,
+                               "--port", str(ns.livekit_port), "--print-url"], env=env, stdout=subprocess.PIPE, text=True)
     agent = None
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -99,8 +118,9 @@ async def _run_app(ns: argparse.Namespace, env: dict[str, str], url: str) -> int
     try:
         await web.TCPSite(runner, ns.host, ns.port).start()
         # As `lk agent dev` runs an app (livekit-agents 1.8.9 deprecates the app's own `dev` subcommand).
+        # DUPLEX_HOST: where the example has livekit-agents' HTTP server listen (by default, every interface).
         agent = subprocess.Popen([sys.executable, "-m", "livekit.agents", "start", ns.app, "--dev"],
-                                 env={**env, "LIVEKIT_AGENT_NAME": name})
+                                 env={**env, "LIVEKIT_AGENT_NAME": name, "DUPLEX_HOST": ns.host})
         print(f"livekit-dev: {ns.app} registers as agent {name!r}; open http://{ns.host}:{ns.port}/, choose "
               "LiveKit, get a dev token and press Connect (Ctrl-C stops both)", flush=True)
         return await asyncio.to_thread(agent.wait)

@@ -21,7 +21,9 @@ from duplex_agent.livekit_agents import DuplexModel
 
 url = os.environ.get("DUPLEX_URL")
 model = DuplexModel(url) if url else DuplexModel.in_process("reference")
-server = AgentServer(job_executor_type=JobExecutorType.THREAD)  # in-process models need job threads
+# Job threads: in-process models need them. host: where livekit-agents' HTTP server (health, worker
+# status) listens; livekit-agents' default is every interface (make livekit-agents-dev sets DUPLEX_HOST).
+server = AgentServer(job_executor_type=JobExecutorType.THREAD, host=os.environ.get("DUPLEX_HOST", ""))
 
 
 @server.rtc_session()

@@ -48,7 +48,8 @@ class SettingFlag(NamedTuple):
 
 
 SETTING_FLAGS: dict[str, SettingFlag] = {
-    "host": SettingFlag(NETWORK, (*PAGE, TOKEN), "address to listen on (0.0.0.0: every interface; then set a key)"),
+    "host": SettingFlag(NETWORK, (*PAGE, START, TOKEN), "address every listener binds, livekit-agents' own "
+                                                       "HTTP server too (0.0.0.0: every interface; then set a key)"),
     "port": SettingFlag(NETWORK, (*PAGE, TOKEN), "port of the page, signaling, the websocket and /metrics"),
     "ice_address": SettingFlag(NETWORK, PAGE, "address ICE binds to for direct WebRTC peers (empty: this machine's "
                                               "interface; aiortc skips 127.0.0.1)"),

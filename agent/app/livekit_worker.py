@@ -131,6 +131,7 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
         # together are all taken while slots remain.
         num_idle_processes=capacity,
         drain_timeout=int(settings.drain_timeout),
+        host=settings.host,  # livekit-agents' HTTP server (health, worker info): on our address, not every one
         port=0,
         log_level="DEBUG" if dev else settings.log_level.upper(),
     )

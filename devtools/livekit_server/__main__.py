@@ -14,7 +14,9 @@ from .server import ServerCore
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m devtools.livekit_server")
-    ap.add_argument("--host", default="0.0.0.0")
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="the address the signal server listens on (0.0.0.0: every interface); media "
+                         "goes over the machine's interface either way, as aiortc's ICE skips loopback")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--api-key", default=os.environ.get("LIVEKIT_API_KEY", "devkey"))
     ap.add_argument("--api-secret", default=os.environ.get("LIVEKIT_API_SECRET", "secret"))

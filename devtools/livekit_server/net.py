@@ -1,9 +1,25 @@
-"""Network helpers: find the machine's own (non-loopback) IPv4 address."""
+"""Network helpers: the machine's own (non-loopback) IPv4 address, loopback hosts, the signal URL."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import subprocess
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; False for a name or a wildcard."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def signal_url(host: str, port: int) -> str:
+    """``ws://host:port``, an IPv6 address in brackets."""
+    return f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
 
 
 def interface_ipv4() -> str:

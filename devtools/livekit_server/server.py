@@ -14,7 +14,7 @@ from . import auth, signal
 from .agent_dispatch import AgentDispatcher, DispatchRecord, JobRecord, WorkerRecord
 from .ids import new_sid
 from .media_relay import AudioForwarder, ForwardingRecord
-from .net import interface_ipv4
+from .net import interface_ipv4, is_loopback, signal_url
 from .room import Room
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,13 @@ class ServerCore:
         self.api_secret = api_secret
         self.host = host
         self.port = port
-        self.ip = advertise_ip or (
-            host if host not in ("", "0.0.0.0", "::") else interface_ipv4()
-        )
+        wildcard = host in ("", "0.0.0.0", "::")
+        # Media: the address ICE candidates must be on. aiortc's ICE skips loopback, so a server
+        # that listens on loopback still relays media on the machine's interface.
+        self.ip = advertise_ip or (interface_ipv4() if wildcard or is_loopback(host) else host)
+        #: Where clients reach the signal server: the address it listens on (the media address
+        #: when that is every interface).
+        self.signal_host = self.ip if wildcard else host
         self.node_id = new_sid("ND_")
         self.departure_timeout = departure_timeout
         self.rooms: dict[str, Room] = {}
@@ -88,7 +92,7 @@ class ServerCore:
     # -- lifecycle --------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"ws://{self.ip}:{self.port}"
+        return signal_url(self.signal_host, self.port)
 
     @property
     def allowed_ips(self) -> set[str]:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from . import auth
 from .agent_dispatch import DispatchRecord, JobRecord, WorkerRecord
 from .media_relay import Arrival, Hop
+from .net import signal_url
 from .server import ServerCore
 from .views import RoomView, record_copy, room_view
 
@@ -45,6 +46,7 @@ class LoopbackLiveKitServer:
         self.host = host
         self.port = port
         self.ip = ""
+        self.signal_host = ""
         self._core_args = dict(api_key=api_key, api_secret=api_secret, host=host, port=port,
                                advertise_ip=advertise_ip, departure_timeout=departure_timeout)
         self._core: ServerCore | None = None
@@ -54,7 +56,7 @@ class LoopbackLiveKitServer:
     # -- lifecycle --------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"ws://{self.ip}:{self.port}"
+        return signal_url(self.signal_host, self.port)
 
     async def start(self) -> LoopbackLiveKitServer:
         loop_ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -67,7 +69,7 @@ class LoopbackLiveKitServer:
         except BaseException:
             await self.stop()
             raise
-        self.port, self.ip = self._core.port, self._core.ip
+        self.port, self.ip, self.signal_host = self._core.port, self._core.ip, self._core.signal_host
         return self
 
     async def _start_core(self) -> ServerCore:
