@@ -54,6 +54,10 @@ class LocalBackend(DuplexBackend):
     def runners(self) -> list[DuplexSessionRunner]:
         return [runner for runner, _ in list(self._runners.values())]
 
+    async def start(self) -> None:
+        """The plugin's start-up check (an endpoint it needs, say): it warns, and the worker starts anyway."""
+        await self.plugin.check_at_start()
+
     async def open(self) -> DuplexSessionRunner:
         runner = DuplexSessionRunner(
             self.plugin,

@@ -113,8 +113,8 @@ class StageRouter:
     async def _on_output(self, stream: StageStream, out: StageOutput) -> None:
         core, responses, plugin = self._core, self._responses, self._core.plugin
         final_stage = core.engine.stage_count - 1
-        if out.error is not None:
-            await self._fail(stream, "stage_failed", f"stage {out.stage_id} failed: {out.error}")
+        if out.error is not None:  # the engine's message for the caller (and its log has the detail)
+            await self._fail(stream, "stage_failed", out.error)
             return
         if lag := out.metadata.get("lag_ms"):
             core.emit(p.SessionLagging(f"stage{out.stage_id}", float(lag)))  # type: ignore[arg-type]

@@ -21,6 +21,20 @@ class EngineSubmitError(RuntimeError):
     """A stage refused a plan; the runner rolls the input back."""
 
 
+class StageFailure(RuntimeError):
+    """A stage failed for a reason told to two readers.
+
+    ``str(exc)`` is one plain sentence for the caller (the ``error`` event's message, which
+    the page shows): no internals, no secrets. ``detail`` is the operator's: what failed
+    and why, in words, for the log. A stage raises it for a failure it understands (an
+    endpoint it cannot reach); any other exception is a fault, logged with its traceback.
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
 @dataclass(frozen=True, slots=True)
 class StageOutput:
     request_id: str
@@ -30,7 +44,7 @@ class StageOutput:
     finished: bool = False
     token_ids: tuple[int, ...] = ()
     metadata: dict[str, object] = field(default_factory=dict)
-    #: Set when the stage failed; ``finished`` is then True.
+    #: Set when the stage failed (``finished`` is then True): the message the caller is given.
     error: str | None = None
 
 

@@ -235,3 +235,8 @@ class DuplexModelPlugin(ABC):
         Plugins served only by an external engine keep the default.
         """
         raise NotImplementedError(f"plugin {self.plugin_id!r} has no in-process engine")
+
+    async def check_at_start(self) -> None:  # noqa: B027 (an optional hook: subclasses need not override it)
+        """Once, as the worker starts, after ``build_local_engine``: check what the model needs
+        outside this process (an endpoint it calls) and log a warning naming what is wrong. The
+        worker starts anyway (the endpoint may come up later); keep it short and bounded."""

@@ -309,7 +309,7 @@ class FrameBatchEngine(DuplexEngine):
     def _fail_all(self, reason: str) -> None:
         with self._lock:
             for request in self._requests.values():
-                out = StageOutput(request.request_id, 0, None, True, error=reason)
+                out = StageOutput(request.request_id, 0, None, True, error=f"stage 0 failed: {reason}")
                 request.loop.call_soon_threadsafe(request.outputs.put_nowait, out)
 
     # ---- slots and input ----

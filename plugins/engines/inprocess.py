@@ -14,6 +14,7 @@ handed to the owning loop (``run_in_owner_loops``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -23,8 +24,16 @@ from functools import partial
 from typing import Any, TypeVar
 
 from duplex_agent.plugins.contract import DuplexAppendPlan
-from duplex_agent.plugins.contract.engine import DuplexEngine, EngineSubmitError, StageOutput, read_stage_outputs
+from duplex_agent.plugins.contract.engine import (
+    DuplexEngine,
+    EngineSubmitError,
+    StageFailure,
+    StageOutput,
+    read_stage_outputs,
+)
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
+
+log = logging.getLogger("duplex_agent.engine")
 
 T = TypeVar("T")
 _END = object()
@@ -176,9 +185,13 @@ class InProcessEngine(DuplexEngine):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing stage ends its request with an error output
-            request.outputs.put_nowait(
-                StageOutput(handle.request_id, handle.stage_id, None, True, error=f"{type(exc).__name__}: {exc}")
-            )
+            if isinstance(exc, StageFailure):  # understood: the operator gets the detail, the caller a sentence
+                log.warning("%s: stage %d failed: %s", handle.request_id, handle.stage_id, exc.detail)
+                error = str(exc)
+            else:
+                log.exception("%s: stage %d failed", handle.request_id, handle.stage_id)
+                error = f"stage {handle.stage_id} failed: {type(exc).__name__}: {exc}"
+            request.outputs.put_nowait(StageOutput(handle.request_id, handle.stage_id, None, True, error=error))
         finally:
             request.closed = True
 

@@ -12,7 +12,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from duplex_agent.agent.models.model_errors import ModelStartError
 from duplex_agent.plugins.contract import (
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
@@ -29,7 +31,13 @@ from duplex_agent.plugins.contract import (
     reject_private_runtime_keys,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
-from duplex_agent.plugins.reference.responders import DEFAULT_MAX_TURNS, recent_turns
+from duplex_agent.plugins.reference.responders import (
+    DEFAULT_MAX_TURNS,
+    OpenAIResponder,
+    Responder,
+    make_responder,
+    recent_turns,
+)
 from duplex_agent.plugins.reference.sentences import ClauseSplitter
 from duplex_agent.plugins.reference.stages import (
     ASR_RATE,
@@ -63,6 +71,16 @@ class ReferenceOptions:
     openai_api_key: str = option("", "--responder openai: the endpoint's key, if it wants one", secret=True)
 
 
+def check_base_url(base_url: str) -> None:
+    """ModelStartError, in one line, for a missing --openai-base-url or one that is no http(s) URL."""
+    example = "the address of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"
+    if not base_url.strip():
+        raise ModelStartError(f"--responder openai needs --openai-base-url (or DUPLEX_OPENAI_BASE_URL): {example}")
+    parts = urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ModelStartError(f"--openai-base-url {base_url!r} is not an http:// or https:// URL: {example}")
+
+
 class ReferencePlugin(DuplexModelPlugin):
     plugin_id = "reference"
     options_type = ReferenceOptions
@@ -78,22 +96,23 @@ class ReferencePlugin(DuplexModelPlugin):
         self.responder_name = "echo"
         self.responder_settings: dict[str, Any] = {}
         self.responder_max_turns = DEFAULT_MAX_TURNS
+        self.responder: Responder | None = None  # built with the engine
 
     def configure(self, options: ReferenceOptions, *, max_sessions: int) -> None:
         """Take the responder choice from the plugin's flags."""
         self.responder_name = options.responder
         self.responder_max_turns = options.responder_max_turns
         if options.responder == "openai":
-            self.responder_settings = {"base_url": options.openai_base_url, "model": options.openai_model,
+            check_base_url(options.openai_base_url)
+            self.responder_settings = {"base_url": options.openai_base_url.strip(), "model": options.openai_model,
                                        "api_key": options.openai_api_key, "max_turns": options.responder_max_turns}
 
     def build_local_engine(self) -> InProcessEngine:
         """Loads the models (once per process) and wires the three stages."""
         from duplex_agent.plugins.reference.asr import WhisperRecognizer
-        from duplex_agent.plugins.reference.responders import make_responder
         from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
-        responder = make_responder(self.responder_name, self.responder_settings)
+        responder = self.responder = make_responder(self.responder_name, self.responder_settings)
         log.info("loading Whisper tiny.en")
         recognizer = WhisperRecognizer.shared()
         log.info("loading Piper voice")
@@ -102,6 +121,14 @@ class ReferencePlugin(DuplexModelPlugin):
             [RecognizerStage(recognizer), ResponderStage(responder, self.context), SynthesizerStage(synthesizer)],
             max_workers=2,
         )
+
+    async def check_at_start(self) -> None:
+        """An OpenAI-compatible endpoint is asked once, briefly: a warning if it cannot be reached."""
+        if isinstance(self.responder, OpenAIResponder):
+            problem = await self.responder.check_reachable()
+            if problem is not None:
+                log.warning("the language model at %s %s; starting anyway, and replies fail until that changes",
+                            self.responder.address, problem)
 
     def context(self, session_id: str) -> ConversationContext:
         return self._contexts.setdefault(session_id, ConversationContext())

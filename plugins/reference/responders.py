@@ -2,17 +2,24 @@
 
 A responder sees a bounded context: the last ``max_turns`` turns of the history
 (a turn is a user message and what followed it), never the whole call.
+
+An endpoint's failure is told twice (``ResponderError``): to the caller in one plain
+sentence naming the endpoint's address, and to the operator's log with the reason in
+words; neither carries the key or a repr of the HTTP client's internals.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+
+from duplex_agent.plugins.contract.engine import StageFailure
 
 #: Earlier turns a responder sees by default (settings: ``responder_max_turns``).
 DEFAULT_MAX_TURNS = 8
@@ -27,8 +34,11 @@ def recent_turns(history: list[dict[str, str]], max_turns: int) -> list[dict[str
     return messages[starts[-max_turns]:] if len(starts) > max_turns else messages
 
 
-class ResponderError(RuntimeError):
-    """The responder's backend failed (HTTP error, bad stream, unreachable)."""
+class ResponderError(StageFailure):
+    """The responder's backend failed (unreachable, an HTTP error, a bad stream).
+
+    ``str(exc)`` is the caller's sentence; ``detail`` the log's (address and reason).
+    """
 
 
 class Responder(Protocol):
@@ -62,8 +72,51 @@ def _chat_completions_url(base_url: str) -> str:
     return url + "/chat/completions"
 
 
+def shown_address(url: str) -> str:
+    """``url`` as logs and callers may see it: no user or password, no query, no fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def plain_reason(exc: BaseException) -> str:
+    """Why a request to an endpoint failed, in words (never the client library's repr)."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or (
+            isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, socket.gaierror)):
+        return "its host name could not be resolved"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate was not accepted"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "the connection was refused (is the server running, on that port?)"
+        return f"the connection failed ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, TimeoutError):  # aiohttp's timeouts are TimeoutErrors too
+        return "it did not answer in time"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "it closed the connection without an answer"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the reply broke off"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return "the address is not a valid http:// or https:// URL"
+    if isinstance(exc, aiohttp.ClientOSError):
+        return f"the connection failed ({exc.strerror or type(exc).__name__})"
+    return f"the request failed ({type(exc).__name__})"
+
+
 class OpenAIResponder:
     """Streams from any OpenAI-compatible /v1/chat/completions endpoint (stream: true, SSE)."""
+
+    #: Seconds the start-up check (``check_reachable``) may take.
+    CHECK_TIMEOUT_S = 5.0
 
     def __init__(
         self,
@@ -76,6 +129,8 @@ class OpenAIResponder:
         max_turns: int = DEFAULT_MAX_TURNS,
     ) -> None:
         self.url = _chat_completions_url(base_url)
+        #: The endpoint's base (".../v1") as logs and the caller see it.
+        self.address = shown_address(self.url.removesuffix("/chat/completions"))
         self.max_turns = max_turns
         self.model = model
         self.api_key = api_key
@@ -89,31 +144,70 @@ class OpenAIResponder:
         messages.append({"role": "user", "content": user_text})
         return messages
 
-    async def respond(self, history: list[dict[str, str]], user_text: str) -> AsyncIterator[str]:
-        headers = {"Accept": "text/event-stream"}
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {"Accept": accept}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _words(self, text: str) -> str:
+        """Text from the endpoint, fit for a log: one line, bounded, never the key."""
+        text = " ".join(text.split())[:300]
+        return text.replace(self.api_key, "[key]") if self.api_key else text
+
+    def _error(self, sentence: str, reason: str) -> ResponderError:
+        return ResponderError(f"The language model at {self.address} {sentence}.",
+                              f"the language model at {self.address}: {reason}")
+
+    def _http_error(self, status: int, body: str) -> ResponderError:
+        said = f": {self._words(body)}" if body.strip() else ""
+        if status in (401, 403):
+            return self._error(f"refused this worker's key (HTTP {status})",
+                               f"HTTP {status} from {shown_address(self.url)}: the key was refused "
+                               f"(--openai-api-key){said}")
+        hint = " (is --openai-base-url right, and --openai-model a model it serves?)" if status == 404 else ""
+        return self._error(f"answered with an error (HTTP {status})",
+                           f"HTTP {status} from {shown_address(self.url)}{hint}{said}")
+
+    async def check_reachable(self) -> str | None:
+        """None when the endpoint answers (any HTTP status but a refused key), else what is wrong, in
+        words that follow its address ("cannot be reached: the connection was refused ...").
+
+        One short GET of ``{base}/models`` with the key, bounded by ``CHECK_TIMEOUT_S``.
+        """
+        url = self.url.removesuffix("/chat/completions") + "/models"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.CHECK_TIMEOUT_S)) as session, \
+                    session.get(url, headers=self._headers("application/json")) as response:
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return f"cannot be reached: {plain_reason(exc)}"
+        if status in (401, 403):
+            return f"refused this worker's key (HTTP {status}; see --openai-api-key)"
+        return None
+
+    async def respond(self, history: list[dict[str, str]], user_text: str) -> AsyncIterator[str]:
         body = {"model": self.model, "messages": self._messages(history, user_text), "stream": True}
         # A session per reply keeps the responder free of any one event loop.
         async with aiohttp.ClientSession(timeout=self.timeout) as session:
             try:
-                response = await session.post(self.url, json=body, headers=headers)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise ResponderError(f"cannot reach {self.url}: {exc!r}") from exc
+                response = await session.post(self.url, json=body, headers=self._headers("text/event-stream"))
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise self._error("could not be reached", plain_reason(exc)) from exc
             finished = False
             try:
                 if response.status >= 400:
-                    detail = (await response.text(errors="replace"))[:300]
-                    raise ResponderError(f"HTTP {response.status} from {self.url}: {detail}")
+                    raise self._http_error(response.status, await response.text(errors="replace"))
                 async for data in _sse_data(response):
                     if data == "[DONE]":
                         break
-                    delta = _delta_text(data)
+                    delta = self._delta_text(data)
                     if delta:
                         yield delta
                 finished = True
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise ResponderError(f"stream from {self.url} failed: {exc!r}") from exc
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise self._error("stopped answering in the middle of a reply",
+                                  f"the reply from {shown_address(self.url)} failed: {plain_reason(exc)}") from exc
             finally:
                 # On cancellation or an abandoned iterator, drop the connection so the
                 # server stops generating; otherwise hand it back for reuse.
@@ -121,6 +215,22 @@ class OpenAIResponder:
                     response.release()
                 else:
                     response.close()
+
+    def _delta_text(self, data: str) -> str:
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise self._error("sent a reply that could not be read",
+                              f"not an OpenAI stream chunk: {self._words(data)[:200]!r}")
+        if "error" in chunk:
+            error = chunk["error"]
+            said = error.get("message", error) if isinstance(error, dict) else error
+            raise self._error("reported an error", f"an error in the stream: {self._words(str(said))}")
+        choices = chunk.get("choices") or [{}]
+        delta = choices[0].get("delta") or {}
+        return delta.get("content") or ""
 
 
 async def _sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
@@ -138,20 +248,6 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
         # Other fields (event:, id:, retry:) and ":" comments carry nothing we need.
     if data:
         yield "\n".join(data)
-
-
-def _delta_text(data: str) -> str:
-    try:
-        chunk = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ResponderError(f"bad stream chunk: {data[:200]!r}") from exc
-    if not isinstance(chunk, dict):
-        raise ResponderError(f"bad stream chunk: {data[:200]!r}")
-    if "error" in chunk:
-        raise ResponderError(f"backend error: {chunk['error']}")
-    choices = chunk.get("choices") or [{}]
-    delta = choices[0].get("delta") or {}
-    return delta.get("content") or ""
 
 
 _OPENAI_KEYS = frozenset({"base_url", "model", "api_key", "system_prompt", "timeout_s", "max_turns"})

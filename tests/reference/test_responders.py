@@ -10,7 +10,10 @@ from duplex_agent.plugins.reference.responders import (
     ResponderError,
     make_responder,
     recent_turns,
+    shown_address,
 )
+from tests.support.chat_stub import chunk, sse, start_server, streaming_reply
+from tests.support.ports import refused_port
 
 
 async def collect(stream) -> list[str]:
@@ -23,25 +26,6 @@ async def test_echo():
     assert "".join(deltas) == "You said: hello big world."
     assert len(deltas) == 5
     assert await collect(EchoResponder().respond([], "  ")) == []
-
-
-def sse(obj) -> bytes:
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-def chunk(content: str) -> dict:
-    return {"choices": [{"index": 0, "delta": {"content": content}}]}
-
-
-async def start_server(handler) -> tuple[web.AppRunner, str]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.mark.asyncio
@@ -85,24 +69,118 @@ async def test_openai_streams_sse():
     ]
 
 
+#: What must never reach a log line or the caller: the key, and the HTTP client's internals.
+KEY = "sk-secret-123"
+INTERNALS = ("ConnectionKey", "ClientConnectorError", "proxy_headers_hash", "Error(", KEY)
+
+
+def plain(text: str) -> str:
+    assert not [word for word in INTERNALS if word in text], text
+    return text
+
+
+async def failure(responder: OpenAIResponder) -> ResponderError:
+    with pytest.raises(ResponderError) as failed:
+        await collect(responder.respond([], "hi"))
+    plain(str(failed.value))
+    plain(failed.value.detail)
+    return failed.value
+
+
 @pytest.mark.asyncio
 async def test_openai_http_error():
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(status=500, text="boom")
+        return web.Response(status=500, text=f"boom: the key {KEY} is fine,\n the GPU is not")
 
     runner, base_url = await start_server(handler)
     try:
-        with pytest.raises(ResponderError, match="500"):
-            await collect(OpenAIResponder(base_url, "m").respond([], "hi"))
+        failed = await failure(OpenAIResponder(base_url, "m", KEY))
     finally:
         await runner.cleanup()
+    assert str(failed) == f"The language model at {base_url} answered with an error (HTTP 500)."
+    assert failed.detail == (f"the language model at {base_url}: HTTP 500 from {base_url}/chat/completions: "
+                             "boom: the key [key] is fine, the GPU is not")
+
+
+@pytest.mark.asyncio
+async def test_openai_refused_key_and_unknown_model_say_so():
+    async def handler(request: web.Request) -> web.Response:
+        status = 401 if request.headers.get("Authorization") != "Bearer right" else 404
+        return web.Response(status=status, text="{}")
+
+    runner, base_url = await start_server(handler)
+    try:
+        refused = await failure(OpenAIResponder(base_url, "m", KEY))
+        unknown = await failure(OpenAIResponder(base_url, "m", "right"))
+    finally:
+        await runner.cleanup()
+    assert str(refused) == f"The language model at {base_url} refused this worker's key (HTTP 401)."
+    assert "--openai-api-key" in refused.detail
+    assert str(unknown) == f"The language model at {base_url} answered with an error (HTTP 404)."
+    assert "is --openai-base-url right, and --openai-model a model it serves?" in unknown.detail
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("event, sentence, detail", [
+    (b"data: not json\n\n", "sent a reply that could not be read", "not an OpenAI stream chunk: 'not json'"),
+    (sse({"error": {"message": "out of memory"}}), "reported an error", "an error in the stream: out of memory"),
+])
+async def test_openai_bad_stream(event, sentence, detail):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(sse(chunk("Hello")))
+        await response.write(event)
+        return response
+
+    runner, base_url = await start_server(handler)
+    try:
+        failed = await failure(OpenAIResponder(base_url, "m", KEY))
+    finally:
+        await runner.cleanup()
+    assert str(failed) == f"The language model at {base_url} {sentence}."
+    assert failed.detail == f"the language model at {base_url}: {detail}"
 
 
 @pytest.mark.asyncio
 async def test_openai_unreachable():
-    responder = OpenAIResponder("http://127.0.0.1:9/v1", "m", timeout_s=5)
-    with pytest.raises(ResponderError):
-        await collect(responder.respond([], "hi"))
+    with refused_port() as port:
+        failed = await failure(OpenAIResponder(f"http://127.0.0.1:{port}/v1", "m", KEY, timeout_s=5))
+    assert str(failed) == f"The language model at http://127.0.0.1:{port}/v1 could not be reached."
+    assert failed.detail == (f"the language model at http://127.0.0.1:{port}/v1: the connection was refused "
+                             "(is the server running, on that port?)")
+
+
+def test_the_shown_address_carries_no_credentials():
+    assert OpenAIResponder("http://user:pw@127.0.0.1:9/v1", "m").address == "http://127.0.0.1:9/v1"
+    assert shown_address("https://user:pw@llm.example:8443/v1?api-key=abc#x") == "https://llm.example:8443/v1"
+    assert OpenAIResponder("http://localhost:8000", "m").address == "http://localhost:8000/v1"
+    assert OpenAIResponder("https://[::1]:8443/v1/chat/completions", "m").address == "https://[::1]:8443/v1"
+
+
+@pytest.mark.asyncio
+async def test_the_start_up_check():
+    with refused_port() as port:
+        problem = await OpenAIResponder(f"http://127.0.0.1:{port}/v1", "m", KEY).check_reachable()
+    assert problem == "cannot be reached: the connection was refused (is the server running, on that port?)"
+
+    asked: list[tuple[str, str | None]] = []
+
+    async def models(request: web.Request) -> web.Response:
+        asked.append((request.path, request.headers.get("Authorization")))
+        return web.Response(status=401 if request.headers.get("Authorization") != f"Bearer {KEY}" else 200)
+
+    runner, base_url = await start_server(streaming_reply(["ok"]), models=models)
+    bare, bare_url = await start_server(streaming_reply(["ok"]))  # no /models: a 404 is an answer too
+    try:
+        assert await OpenAIResponder(base_url, "m", KEY).check_reachable() is None
+        assert await OpenAIResponder(base_url, "m", "wrong").check_reachable() == \
+            "refused this worker's key (HTTP 401; see --openai-api-key)"
+        assert await OpenAIResponder(bare_url, "m").check_reachable() is None
+    finally:
+        await runner.cleanup()
+        await bare.cleanup()
+    assert asked == [("/v1/models", f"Bearer {KEY}"), ("/v1/models", "Bearer wrong")]
 
 
 @pytest.mark.asyncio
