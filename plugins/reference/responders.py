@@ -156,7 +156,7 @@ class OpenAIResponder:
         return text.replace(self.api_key, "[key]") if self.api_key else text
 
     def _error(self, sentence: str, reason: str) -> ResponderError:
-        return ResponderError(f"The language model at {self.address} {sentence}.",
+        return ResponderError(f"The language model {sentence}.",
                               f"the language model at {self.address}: {reason}")
 
     def _http_error(self, status: int, body: str) -> ResponderError:

@@ -97,7 +97,7 @@ async def test_openai_http_error():
         failed = await failure(OpenAIResponder(base_url, "m", KEY))
     finally:
         await runner.cleanup()
-    assert str(failed) == f"The language model at {base_url} answered with an error (HTTP 500)."
+    assert str(failed) == "The language model answered with an error (HTTP 500)."
     assert failed.detail == (f"the language model at {base_url}: HTTP 500 from {base_url}/chat/completions: "
                              "boom: the key [key] is fine, the GPU is not")
 
@@ -114,9 +114,9 @@ async def test_openai_refused_key_and_unknown_model_say_so():
         unknown = await failure(OpenAIResponder(base_url, "m", "right"))
     finally:
         await runner.cleanup()
-    assert str(refused) == f"The language model at {base_url} refused this worker's key (HTTP 401)."
+    assert str(refused) == "The language model refused this worker's key (HTTP 401)."
     assert "--openai-api-key" in refused.detail
-    assert str(unknown) == f"The language model at {base_url} answered with an error (HTTP 404)."
+    assert str(unknown) == "The language model answered with an error (HTTP 404)."
     assert "is --openai-base-url right, and --openai-model a model it serves?" in unknown.detail
 
 
@@ -138,7 +138,7 @@ async def test_openai_bad_stream(event, sentence, detail):
         failed = await failure(OpenAIResponder(base_url, "m", KEY))
     finally:
         await runner.cleanup()
-    assert str(failed) == f"The language model at {base_url} {sentence}."
+    assert str(failed) == f"The language model {sentence}."
     assert failed.detail == f"the language model at {base_url}: {detail}"
 
 
@@ -146,7 +146,7 @@ async def test_openai_bad_stream(event, sentence, detail):
 async def test_openai_unreachable():
     with refused_port() as port:
         failed = await failure(OpenAIResponder(f"http://127.0.0.1:{port}/v1", "m", KEY, timeout_s=5))
-    assert str(failed) == f"The language model at http://127.0.0.1:{port}/v1 could not be reached."
+    assert str(failed) == "The language model could not be reached."
     assert failed.detail == (f"the language model at http://127.0.0.1:{port}/v1: the connection was refused "
                              "(is the server running, on that port?)")
 
