@@ -206,9 +206,9 @@ class InputPipeline:
             # Going on before the reply to the last turn said a word means that turn ended too soon
             # (a pause mid-sentence): its audio leads this turn, so its words are recognised with the
             # rest instead of going with the cancelled reply.
-            resumed = self._responses.withdraw_unanswered_turn()
+            resumed = bool(self._last_turn_audio) and self._responses.withdraw_unanswered_turn()
             await self._responses.cancel("barge_in")
-            if resumed and self._last_turn_audio:
+            if resumed:
                 await self._feed(self._last_turn_audio.take())
         self._last_turn_audio.clear()
 
