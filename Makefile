@@ -109,10 +109,11 @@ livekit-agents-dev: install
 # PYTEST_ARGS, one pytest run of what they name.
 # The installs run side by side where they can: the project's venv (dev extra, then moshi: both
 # install into .venv, so one after the other), the vLLM-Omni venv and the Debian packages. Lint and
-# types then run beside the suite, not before it: a cold mypy takes most of a minute.
+# types run before the suite: beside it, a cold mypy's minute of CPU slowed the first real-time tests.
 test:
 	$(MAKE) --no-print-directory -j3 test-venv omni-venv system-deps
-	$(MAKE) --no-print-directory -j2 lint suite
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory suite
 
 test-venv: install-dev
 	$(MAKE) --no-print-directory install-moshi

@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: Folders of real-time calls against real peers (and the Moshi folder, whose tests run the model),
-#: as two lanes about as long as the third, which runs the rest.
+#: Folders of real-time calls against real peers, as two lanes.
 REAL_TIME_LANES = {
-    "livekit rooms": ("tests/livekit", "tests/network", "tests/livekit_server_tests"),
-    "agents and vllm-omni": ("tests/livekit_agents", "tests/omni_peer", "tests/moshi"),
+    "livekit rooms": ("tests/livekit", "tests/network"),
+    "agents and vllm-omni": ("tests/livekit_agents", "tests/omni_peer"),
 }
 LOGS = REPO / "artifacts" / "test-logs"
 TMP = REPO / "artifacts" / "test-tmp"
