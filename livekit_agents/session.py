@@ -420,7 +420,7 @@ class DuplexAgentSession(llm.DuplexSession):
             self._words.add_marks(event.response_id, event.marks)
 
     def _on_event(self, event: p.ServerEvent) -> None:
-        if not isinstance(event, (p.ResponseTranscriptDelta, p.ResponseAudioDelta)):
+        if log.isEnabledFor(logging.DEBUG) and not isinstance(event, (p.ResponseTranscriptDelta, p.ResponseAudioDelta)):
             # the turn's course, for a reader of a turn that never got its reply (deltas left out)
             log.debug("model event %s%s", event.type, _event_detail(event))
         if isinstance(event, p.ResponseTranscriptDelta):
