@@ -471,6 +471,30 @@ class ResponseTranscriptDone(ServerEvent):
 
 
 @dataclass(slots=True)
+class ResponseFunctionCallArgumentsDelta(ServerEvent):
+    """A piece of a function call's JSON arguments (the call's item opened in ``response.output_item.added``)."""
+
+    type: ClassVar[str] = "response.function_call_arguments.delta"
+    response_id: str
+    item_id: str
+    call_id: str
+    delta: str
+    output_index: int = 0
+
+
+@dataclass(slots=True)
+class ResponseFunctionCallArgumentsDone(ServerEvent):
+    """A function call's arguments, whole: the client (or the worker's tool runner) may run it now."""
+
+    type: ClassVar[str] = "response.function_call_arguments.done"
+    response_id: str
+    item_id: str
+    call_id: str
+    arguments: str
+    output_index: int = 0
+
+
+@dataclass(slots=True)
 class OutputAudioBufferCleared(ServerEvent):
     type: ClassVar[str] = "output_audio_buffer.cleared"
     response_id: str | None = None

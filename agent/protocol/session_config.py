@@ -16,6 +16,7 @@ from typing import Any
 from duplex_agent.agent.models.vad import VadSettings, VadSettingsError
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES, parse_audio_format
 from duplex_agent.agent.protocol.events import ProtocolError
+from duplex_agent.agent.protocol.tools import TOOL_CHOICE_KEY, TOOLS_KEY, check_tool_choice, check_tools
 from duplex_agent.plugins.contract import DuplexSessionConfig
 
 OVERLAP_POLICIES = ("barge_in", "listen")
@@ -25,7 +26,7 @@ OMNI_OVERLAP_POLICIES = {"barge_in_on_speech": "barge_in", "listen_only": "liste
 IMMUTABLE_FIELDS = ("input_audio_format", "input_sample_rate")
 #: Accepted for compatibility with realtime clients; not used by the runtime.
 IGNORED_FIELDS = frozenset(
-    {"model", "type", "object", "id", "session_id", "temperature", "tools", "tool_choice",
+    {"model", "type", "object", "id", "session_id", "temperature",
      "max_response_output_tokens", "max_tokens", "max_output_tokens", "input_audio_transcription",
      "input_audio_noise_reduction", "speed", "tracing", "response_format", "include",
      # vLLM-Omni's: a reference voice clip (MiniCPM-o's voice; our models bring their own),
@@ -61,6 +62,9 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
     update = _fold_omni_fields(update)
     _check_omni_policy(update)
     changes: dict[str, Any] = {}
+    tool_fields = _tool_fields(update, current.extra_body)
+    if tool_fields is not None:
+        changes["extra_body"] = tool_fields
     for key, value in update.items():
         if key in _CHECKED_ONLY and (not isinstance(value, _CHECKED_ONLY[key]) or isinstance(value, bool)):
             raise ProtocolError("invalid_field", f"session.update: field {key!r} has the wrong type")
@@ -71,7 +75,7 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             raise ProtocolError("unknown_session_field", f"session.update: unknown field {key!r}")
         if not isinstance(value, expected) or isinstance(value, bool):
             raise ProtocolError("invalid_field", f"session.update: field {key!r} has the wrong type")
-        changes[key] = value
+        changes[key] = value if key != "extra_body" else {**changes.get("extra_body", current.extra_body), **value}
 
     for key in ("input_audio_format", "output_audio_format"):
         if key in changes:
@@ -104,6 +108,23 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             if key in changes and changes[key] != getattr(current, key):
                 raise ProtocolError("session_field_immutable", f"{key} cannot change after the session started")
     return replace(current, **changes)
+
+
+def _tool_fields(update: dict[str, Any], extra_body: dict[str, object]) -> dict[str, object] | None:
+    """``tools`` and ``tool_choice`` taken out of ``update`` into a new ``extra_body`` (vLLM-Omni's
+    ``realtime_tools``, ``realtime_tool_choice``; null removes them), or None when neither came."""
+    if "tools" not in update and "tool_choice" not in update:
+        return None
+    extra = dict(extra_body)
+    for field, key, check in (("tools", TOOLS_KEY, check_tools), ("tool_choice", TOOL_CHOICE_KEY, check_tool_choice)):
+        if field not in update:
+            continue
+        value = update.pop(field)
+        if value is None:
+            extra.pop(key, None)
+        else:
+            extra[key] = check(value)
+    return extra
 
 
 def _fold_omni_fields(update: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from duplex_agent.agent.models.vad import SharedScores, SileroVadModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.session_config import apply_session_update, session_config_dict
+from duplex_agent.agent.protocol.tools import session_tools
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.input_pipeline import AppendFailed, InputPipeline
 from duplex_agent.agent.session.limits import SessionLimits
@@ -336,6 +337,9 @@ class DuplexSessionRunner(Conversation):
             # Server VAD unless told otherwise (vLLM-Omni's listen_only means turn_detection null).
             update.setdefault("turn_detection", {"type": "server_vad"})
         config = apply_session_update(core.config, update, started=core.configured)
+        if session_tools(config.extra_body) and not core.capabilities.supports_tools:
+            raise p.ProtocolError("tools_unsupported", f"the model {core.capabilities.plugin_id!r} cannot call tools",
+                                  event_id=command.event_id)
         plugin.validate_client_extra_body(config.extra_body)
         if core.configured:
             core.runtime_config = plugin.runtime_config_for_update(config, core.runtime_config)

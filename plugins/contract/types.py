@@ -34,6 +34,11 @@ class DuplexCapabilities:
     handles_overlap: bool = False
     #: The weights are random (a test or demo model): what it says means nothing, and the page says so.
     random_weights: bool = False
+    #: The model can call the session's tools (``function_call`` items); without it, ``tools`` are refused.
+    supports_tools: bool = False
+    #: After a ``function_call_output`` the model answers by itself; otherwise the caller of the tool
+    #: sends ``response.create`` (LiveKit Agents' ``auto_tool_reply_generation``).
+    replies_to_tool_output: bool = False
 
     @property
     def unit_ms(self) -> float:
