@@ -17,7 +17,8 @@ from typing import Any
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.session.ports import Conversation, DuplexBackend
-from duplex_agent.livekit_agents.plugin_options import build_plugin_backend, plugin_settings
+from duplex_agent.livekit_agents.plugin_options import build_plugin_backend, plugin_capabilities
+from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.livekit_agents")
 #: The remote backend admits what the server admits: a full server answers with its own code.
@@ -30,6 +31,11 @@ class RemoteModelBackend:
     def __init__(self, url: str, *, api_key: str, session: dict[str, Any], options: RemoteOptions | None) -> None:
         self.backend = RemoteBackend(url, api_key=api_key, max_sessions=_REMOTE_SESSIONS, session=session,
                                      options=options)
+
+    @property
+    def known_capabilities(self) -> DuplexCapabilities | None:
+        """The server's model, once a session has opened on it (the server says in ``session.created``)."""
+        return self.backend.capabilities if self.backend.started else None
 
     async def open(self) -> Conversation:
         return await self.backend.open()
@@ -45,7 +51,8 @@ class InProcessBackend:
     _loaded: dict[str, DuplexBackend] = {}
 
     def __init__(self, plugin: str, options: dict[str, Any]) -> None:
-        plugin_settings(plugin, options)  # a bad option is the caller's TypeError now, not a job's later
+        # a bad option is the caller's TypeError now, not a job's later
+        self.known_capabilities: DuplexCapabilities | None = plugin_capabilities(plugin, options)
         self.plugin = plugin
         self.options = dict(options)
         self._key = json.dumps([plugin, self.options], sort_keys=True, default=repr)

@@ -21,19 +21,25 @@ from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents.backends import InProcessBackend, RemoteModelBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
+from duplex_agent.plugins.contract import DuplexCapabilities
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
 
 API_KEY_ENV = "DUPLEX_API_KEY"
-#: What every duplex-agent backend can and cannot do, as livekit-agents asks it.
-CAPABILITIES = llm.DuplexCapabilities(
-    user_transcription=True,
-    auto_tool_reply_generation=False,
-    mutable_chat_context=True,  # text messages, as conversation.item.create
-    mutable_instructions=True,  # session.update
-    mutable_tools=False,  # no tools: _update_tools raises RealtimeError
-)
+
+
+def livekit_capabilities(backend: DuplexCapabilities | None) -> llm.DuplexCapabilities:
+    """What a duplex-agent backend can do, as livekit-agents asks it; ``backend`` is its model's
+    capabilities where known (None: a server no session has opened on yet)."""
+    return llm.DuplexCapabilities(
+        user_transcription=True,
+        # the model answers its tools' outputs by itself, or waits for response.create
+        auto_tool_reply_generation=backend is not None and backend.replies_to_tool_output,
+        mutable_chat_context=True,  # text messages and tool outputs, as conversation.item.create
+        mutable_instructions=True,  # session.update
+        mutable_tools=True,  # session.update; a model that cannot call tools refuses them (ToolsUnsupportedError)
+    )
 
 
 class DuplexModel(llm.DuplexModel):
@@ -69,7 +75,7 @@ class DuplexModel(llm.DuplexModel):
     def _setup(self, backend: RemoteModelBackend | InProcessBackend, session: dict[str, Any] | None, *,
                name: str, opening_update: dict[str, Any]) -> None:
         """What both constructors set: the one place a new attribute goes."""
-        llm.DuplexModel.__init__(self, capabilities=CAPABILITIES)
+        llm.DuplexModel.__init__(self, capabilities=livekit_capabilities(backend.known_capabilities))
         session = session or {}
         self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
         self.turn_detection = session.get("turn_detection")
@@ -79,6 +85,14 @@ class DuplexModel(llm.DuplexModel):
         self._attached: weakref.WeakSet[AgentSession] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._gates: dict[int, ResponseGate] = {}  # thread -> the gate made for its next session
+
+    @property
+    def capabilities(self) -> llm.DuplexCapabilities:
+        """As the backend's model has them: an in-process plugin's from the start, a server's once a
+        session has opened on it. livekit-agents reads them as an AgentSession is built; one built
+        before a server is known is told its model waits to be asked to answer tool outputs, and
+        where the model answers by itself, that answer is taken as the one asked for."""
+        return livekit_capabilities(self._backend.known_capabilities)
 
     @property
     def model(self) -> str:

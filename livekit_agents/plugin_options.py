@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from duplex_agent.agent.app.bootstrap import build_backend
+from duplex_agent.agent.app.bootstrap import build_backend, plugin_options
 from duplex_agent.agent.app.flags import check_option_names
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.plugins.contract import DuplexCapabilities
 from duplex_agent.plugins.contract.loading import duplex_plugin_type
 
 
@@ -43,3 +45,12 @@ def plugin_settings(plugin: str, options: dict[str, Any]) -> Settings:
 def build_plugin_backend(plugin: str, options: dict[str, Any]) -> DuplexBackend:
     """Load the plugin's models and engine (slow: call it off the event loop)."""
     return build_backend(plugin_settings(plugin, options))
+
+
+def plugin_capabilities(plugin: str, options: dict[str, Any]) -> DuplexCapabilities:
+    """What the plugin declares it can do with these options, read from a configured instance
+    that loads no weights (configuring is cheap; the models load in ``build_local_engine``)."""
+    settings = plugin_settings(plugin, options)
+    instance = duplex_plugin_type(settings.plugin_path)(as_float32_audio)
+    instance.configure(plugin_options(instance, settings), max_sessions=settings.max_sessions)
+    return instance.capabilities(max_sessions=settings.max_sessions)

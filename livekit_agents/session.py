@@ -31,13 +31,18 @@ from livekit import rtc
 from livekit.agents import llm
 from livekit.agents.llm.duplex import DuplexAudioFrame, DuplexOutputTranscriptDelta
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
+from livekit.agents.utils import is_given
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
 from duplex_agent.livekit_agents.agent_link import AgentSessionLink
+from duplex_agent.livekit_agents.chat_items import item_events
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.heard_words import HeardWords
+from duplex_agent.livekit_agents.model_calls import ModelCalls
 from duplex_agent.livekit_agents.room_acks import RoomAckedConversation
+from duplex_agent.livekit_agents.tool_reply import ToolReplies
+from duplex_agent.plugins.contract import DuplexCapabilities
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.playout import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
@@ -72,6 +77,14 @@ class DuplexBackendError(llm.RealtimeError):
         self.code = code
 
 
+class ToolsUnsupportedError(DuplexBackendError):
+    """The Agent has tools, and the backend's model cannot call them (the wire's ``tools_unsupported``)."""
+
+    def __init__(self, plugin_id: str) -> None:
+        super().__init__("tools_unsupported", f"the model {plugin_id!r} cannot call tools; give its Agent none, "
+                         "or run a model that can (capabilities.supports_tools)")
+
+
 @dataclass(frozen=True, slots=True)
 class CutReply:
     """A reply cut short, as its session acknowledged it to the model."""
@@ -87,6 +100,10 @@ class CutReply:
 
 class Backend(Protocol):
     async def open(self) -> Conversation: ...
+
+    @property
+    def known_capabilities(self) -> DuplexCapabilities | None:
+        """The model's capabilities where known before a session opens, else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +125,11 @@ class DuplexAgentSession(llm.DuplexSession):
         self._plan = plan
         self._gate = gate
         self._tools = llm.ToolContext.empty()
+        self._tool_schemas: list[dict[str, Any]] = []  # the tools as session.update carries them
+        self._tool_choice: NotGivenOr[str | dict[str, Any] | None] = NOT_GIVEN
+        self._calls = ModelCalls()
+        self._replies = ToolReplies(self._send, model_replies=self._model_replies_to_tools,
+                                    turns_create_responses=_turns_create_responses(plan.turn_detection))
         self._instructions: str | None = None
         self._conversation: RoomAckedConversation | None = None
         self._path: CallAudioPath | None = None
@@ -174,6 +196,7 @@ class DuplexAgentSession(llm.DuplexSession):
                 self._conversation.send(p.SessionUpdate(session=dict(self._plan.opening_update)))
             if self._instructions:
                 self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
+            self._send_tools(conversation.capabilities)
             log.info("call audio path started: %.2f s of caller audio kept meanwhile, fed in order",
                      self._early_input_s)
             fed = 0
@@ -191,9 +214,24 @@ class DuplexAgentSession(llm.DuplexSession):
         self._ready.set()
 
     def _fail(self, code: str, message: str, *, recoverable: bool = False) -> None:
-        log.warning("duplex session error %s: %s", code, message)
+        self._report(DuplexBackendError(code, message), recoverable=recoverable)
+
+    def _report(self, error: DuplexBackendError, *, recoverable: bool) -> None:
+        log.warning("duplex session error %s", error)
         self.emit("error", llm.RealtimeModelError(timestamp=time.time(), label=self.duplex_model.label,
-                                                  error=DuplexBackendError(code, message), recoverable=recoverable))
+                                                  error=error, recoverable=recoverable))
+
+    def _send_tools(self, capabilities: DuplexCapabilities) -> None:
+        """The tools given before the session opened, now that its model is known."""
+        if self._tool_schemas and not capabilities.supports_tools:
+            # an Agent written to act would otherwise talk on and never act: the session ends, saying why
+            self._report(ToolsUnsupportedError(capabilities.plugin_id), recoverable=False)
+            return
+        update: dict[str, Any] = {"tools": self._tool_schemas} if self._tool_schemas else {}
+        if is_given(self._tool_choice) and capabilities.supports_tools:
+            update["tool_choice"] = self._tool_choice
+        if update:
+            self._send(p.SessionUpdate(session=update))
 
     # ---- DuplexSession ----
 
@@ -231,30 +269,59 @@ class DuplexAgentSession(llm.DuplexSession):
             self._conversation.send(p.SessionUpdate(session={"instructions": instructions}))
 
     async def _append_items(self, items: list[llm.ChatItem]) -> None:
-        messages: list[llm.ChatMessage] = []
-        for item in items:
-            if not isinstance(item, llm.ChatMessage) or item.role not in ("user", "assistant", "system"):
-                raise llm.RealtimeError(f"a duplex model takes text messages only, not {item.type}")
-            messages.append(item)
+        batch = item_events(items, self._calls)
         if self._conversation is None:
-            if messages:  # before the session opened: the model has no history to add to yet
+            if batch.events:  # before the session opened: the model has no history to add to yet
                 raise llm.RealtimeError("the duplex session has not opened yet; add items once it has")
             return
-        for message in messages:
-            if message.text_content:
-                kind = "output_text" if message.role == "assistant" else "input_text"
-                self._conversation.send(p.ConversationItemCreate(item={
-                    "type": "message", "role": message.role,
-                    "content": [{"type": kind, "text": message.text_content}]}))
+        for event in batch.events:
+            self._conversation.send(event)
+        self._replies.outputs_sent(batch.outputs_wanting_reply)
+
+    def _model_capabilities(self) -> DuplexCapabilities | None:
+        if self._conversation is not None:
+            return self._conversation.capabilities
+        return self._plan.backend.known_capabilities
+
+    def _model_replies_to_tools(self) -> bool:
+        capabilities = self._model_capabilities()
+        return capabilities is not None and capabilities.replies_to_tool_output
+
+    def _send(self, event: p.ClientEvent) -> None:
+        if self._conversation is not None:
+            self._conversation.send(event)
 
     async def _update_tools(self, tools: list[llm.Tool]) -> None:
-        if tools:
-            raise llm.RealtimeError("duplex-agent models do not call tools (capabilities.mutable_tools is "
-                                    "False and no tool is ever called)")
+        context = llm.ToolContext(tools)
+        # livekit-agents' own schema builder, in the flat shape the realtime wire carries
+        schemas = context.parse_function_tools("openai.responses")
+        capabilities = self._model_capabilities()
+        if schemas and capabilities is not None and not capabilities.supports_tools:
+            raise ToolsUnsupportedError(capabilities.plugin_id)
+        had_tools = bool(self._tool_schemas)
+        self._tools, self._tool_schemas = context, schemas
+        if self._conversation is not None and (schemas or had_tools):
+            self._conversation.send(p.SessionUpdate(session={"tools": schemas}))
 
     def _update_options(self, *, tool_choice: NotGivenOr[llm.ToolChoice | None] = NOT_GIVEN) -> None:
-        if tool_choice not in (NOT_GIVEN, None, "none", "auto"):
-            raise llm.RealtimeError("duplex-agent models do not call tools")
+        if not is_given(tool_choice):
+            return
+        choice = _wire_tool_choice(tool_choice)
+        capabilities = self._model_capabilities()
+        can_call = capabilities is None or capabilities.supports_tools
+        if choice not in (None, "auto", "none") and not can_call:
+            assert capabilities is not None
+            raise ToolsUnsupportedError(capabilities.plugin_id)
+        self._tool_choice = choice
+        if self._conversation is not None and can_call:
+            self._conversation.send(p.SessionUpdate(session={"tool_choice": choice}))
+
+    def _generate_reply(self, *, instructions: NotGivenOr[str] = NOT_GIVEN,
+                        tool_choice: NotGivenOr[llm.ToolChoice] = NOT_GIVEN,
+                        tools: NotGivenOr[list[llm.Tool]] = NOT_GIVEN) -> None:
+        # per-response tools and tool_choice are not taken (per_response_tool_choice is False):
+        # the framework sets them on the session first
+        self._replies.ask(instructions if is_given(instructions) else None)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -423,6 +490,10 @@ class DuplexAgentSession(llm.DuplexSession):
         if log.isEnabledFor(logging.DEBUG) and not isinstance(event, (p.ResponseTranscriptDelta, p.ResponseAudioDelta)):
             # the turn's course, for a reader of a turn that never got its reply (deltas left out)
             log.debug("model event %s%s", event.type, _event_detail(event))
+        call = self._calls.take(event)
+        if call is not None:
+            self.emit("function_call", call)
+        self._replies.on_event(event)
         if isinstance(event, p.ResponseTranscriptDelta):
             if event.response_id not in self._cut:
                 self._said[event.response_id] = self._said.get(event.response_id, "") + event.delta
@@ -453,12 +524,26 @@ class DuplexAgentSession(llm.DuplexSession):
             self.emit("session_reconnected", llm.RealtimeSessionReconnectedEvent())
 
 
+def _turns_create_responses(turn_detection: dict[str, Any] | None) -> bool:
+    """Whether the end of a caller's turn makes the model respond without being asked (server VAD's default)."""
+    if turn_detection is None:
+        return True  # the call path's default, server VAD
+    return turn_detection.get("type") is not None and bool(turn_detection.get("create_response", True))
+
+
+def _wire_tool_choice(choice: llm.ToolChoice | None) -> str | dict[str, Any] | None:
+    """livekit-agents' ``{"type": "function", "function": {"name": ...}}`` is the wire's ``{"type", "name"}``."""
+    if isinstance(choice, dict):
+        return {"type": "function", "name": choice["function"]["name"]}
+    return choice
+
+
 def _silence() -> rtc.AudioFrame:
     return rtc.AudioFrame(bytes(2 * FRAME_SAMPLES), SAMPLE_RATE, 1, FRAME_SAMPLES)
 
 
 def _event_detail(event: p.ServerEvent) -> str:
     """A few identifying fields of ``event`` for its debug line."""
-    fields = ("response_id", "item_id", "status", "code", "transcript", "reason")
+    fields = ("response_id", "item_id", "call_id", "status", "code", "transcript", "reason")
     shown = {name: getattr(event, name) for name in fields if getattr(event, name, None) not in (None, "")}
     return f" {shown}" if shown else ""

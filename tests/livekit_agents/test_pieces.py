@@ -110,23 +110,17 @@ async def test_marks_are_seen_on_the_way_to_the_call_path():
     assert [e.response_id async for e in conversation.events()] == ["r1"] and seen == ["r1"]
 
 
-async def test_tools_are_refused_with_a_reason_and_instructions_kept_for_the_opening():
+async def test_instructions_are_kept_for_the_opening_and_items_a_duplex_model_cannot_take_are_refused():
     model = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1")
-    assert model.capabilities.mutable_instructions and not model.capabilities.mutable_tools
+    assert model.capabilities.mutable_instructions and model.capabilities.mutable_tools
     session = model.session()
     try:
-        @llm.function_tool
-        async def lookup(city: str) -> str:
-            """Look up a city."""
-            return city
-
-        with pytest.raises(llm.RealtimeError, match="tools"):
-            await session._update_tools([lookup])
-        await session._update_tools([])  # no tools is fine
         await session._update_instructions("Be brief.")
         assert session._instructions == "Be brief."
-        with pytest.raises(llm.RealtimeError, match="text messages"):
-            await session._append_items([llm.FunctionCall(call_id="c", name="lookup", arguments="{}")])
+        with pytest.raises(llm.RealtimeError, match="text messages and tool outputs only"):
+            await session._append_items([llm.AgentHandoff(new_agent_id="other")])
+        with pytest.raises(llm.RealtimeError, match="not opened yet"):
+            await session._append_items([llm.ChatMessage(role="user", content=["hi"])])
     finally:
         await session.aclose()
 
