@@ -251,3 +251,59 @@ async def test_an_agent_session_runs_the_tool_sends_its_output_and_asks_for_the_
         await until(answered, 20, "the answer in the session's history")
     finally:
         await session.aclose()
+
+
+async def test_a_barge_in_while_the_tool_runs_still_gives_the_model_its_output_and_asks_nothing():
+    backend = OneConversationBackend()
+    conversation = backend.conversation
+    model = model_on(backend)
+    release = asyncio.Event()
+    started: list[str] = []
+
+    class Weather(Agent):
+        def __init__(self) -> None:
+            super().__init__(instructions="Answer about the weather.")
+
+        @function_tool
+        async def get_weather(self, city: str) -> str:
+            """The weather in a city today.
+
+            Args:
+                city: The city's name.
+            """
+            started.append(city)
+            await release.wait()
+            return f"sunny in {city}"
+
+    session = AgentSession(llm=model, aec_warmup_duration=None)
+    model.attach(session)
+    await session.start(agent=Weather())
+    duplex: DuplexAgentSession = session.current_agent.duplex_session
+    try:
+        await asyncio.wait_for(duplex._ready.wait(), 120)
+        # the model says it will look, and calls the tool while that plays
+        hum = (0.2 * np.sin(2 * np.pi * 220 * np.arange(24000 * 4) / 24000)).astype(np.float32)
+        await _emit(conversation, [
+            p.ResponseCreated(response_id="resp-talk", item_id="item-talk"),
+            p.ResponseAudioDelta("resp-talk", "item-talk", hum, 24000, 0.0, 4000.0,
+                                 [{"text": "Let me look that up for you.", "start_ms": 0.0, "end_ms": 4000.0}])])
+        await until(lambda: duplex._gate.open_for == "resp-talk" and duplex.link_session() is not None, 20,
+                    "the talk to play")
+        await _emit(conversation, call_events("call-1", "get_weather", {"city": "Paris"}))
+        await until(lambda: started, 20, "the tool to start")
+        # the caller talks over the agent: the playout is cleared, the AgentSession interrupted
+        await _emit(conversation, [p.OutputAudioBufferCleared()])
+        assert "resp-talk" in duplex._cut
+        release.set()
+        await until(lambda: conversation.sent_of(p.ConversationItemCreate), 20, "the output on the wire")
+        assert [e.item for e in conversation.sent_of(p.ConversationItemCreate)] == \
+            [{"type": "function_call_output", "call_id": "call-1", "output": "sunny in Paris"}]
+        # the history holds the call and what it returned, as the model's does
+        await until(lambda: any(i.type == "function_call_output" for i in session.history.items), 20,
+                    "the output in the session's history")
+        # the caller has the floor: once the interrupted turn is over, nothing asked the model to
+        # answer over them; it answers their turn, the output in its history
+        await until(lambda: session.current_speech is None, 20, "the interrupted turn to end")
+        assert not conversation.sent_of(p.ResponseCreate)
+    finally:
+        await session.aclose()
