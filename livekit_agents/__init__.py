@@ -14,11 +14,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
                       "pip install 'duplex-agent[livekit]'") from exc
 
 from duplex_agent.livekit_agents.model import DuplexModel  # noqa: E402
-from duplex_agent.livekit_agents.session import DuplexAgentSession  # noqa: E402
+from duplex_agent.livekit_agents.session import DuplexAgentSession, ToolsUnsupportedError  # noqa: E402
 
 # Importing the router registers its exit hook: livekit's own exit can abort an app's process
 # (exit code 134) when one of its threads is still in a callback into Python; the hook waits
 # for those, as in the worker. The app's rtc objects stay the SDK's; nothing is routed.
 from duplex_agent.webrtc.livekit import ffi_router  # noqa: E402,F401
 
-__all__ = ["DuplexAgentSession", "DuplexModel"]
+__all__ = ["DuplexAgentSession", "DuplexModel", "ToolsUnsupportedError"]

@@ -95,6 +95,13 @@ class DuplexModel(llm.DuplexModel):
         return livekit_capabilities(self._backend.known_capabilities)
 
     @property
+    def calls_tools(self) -> bool | None:
+        """Whether the model can call an Agent's tools (one that cannot refuses them with
+        ``ToolsUnsupportedError``); None for a server no session has opened on yet."""
+        known = self._backend.known_capabilities
+        return None if known is None else known.supports_tools
+
+    @property
     def model(self) -> str:
         return self._model_name
 

@@ -13,9 +13,9 @@ import pytest
 from livekit.agents import Agent, AgentSession, function_tool, llm
 
 from duplex_agent.agent.protocol import events as p
-from duplex_agent.livekit_agents import DuplexModel
+from duplex_agent.livekit_agents import DuplexModel, ToolsUnsupportedError
 from duplex_agent.livekit_agents.gate import ResponseGate
-from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan, ToolsUnsupportedError
+from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
 from tests.livekit_agents.tool_fakes import TOOL_CAPS, OneConversationBackend, call_events, model_on
 from tests.support.waits import until
 from tests.webrtc.fakes import CAPS
@@ -155,6 +155,7 @@ async def test_a_caller_talking_when_the_answer_is_asked_for_is_not_talked_over(
 
 async def test_an_in_process_model_that_cannot_call_tools_refuses_them_at_start():
     model = DuplexModel.in_process("scripted")
+    assert model.calls_tools is False
     assert not model.capabilities.auto_tool_reply_generation and model.capabilities.mutable_tools
     session = model.session()
     try:
@@ -191,6 +192,7 @@ def test_auto_tool_reply_generation_is_the_backends_truth():
         assert model_on(backend).capabilities.auto_tool_reply_generation is replies
     unknown = OneConversationBackend(known=False)
     model = model_on(unknown)
+    assert model.calls_tools is None
     assert not model.capabilities.auto_tool_reply_generation  # asked, until the server is known
     unknown.known_capabilities = dataclasses.replace(TOOL_CAPS, replies_to_tool_output=True)
     assert model.capabilities.auto_tool_reply_generation  # the next AgentSession is told
