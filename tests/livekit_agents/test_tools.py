@@ -154,12 +154,12 @@ async def test_a_caller_talking_when_the_answer_is_asked_for_is_not_talked_over(
 
 
 async def test_an_in_process_model_that_cannot_call_tools_refuses_them_at_start():
-    model = DuplexModel.in_process("scripted")
+    model = DuplexModel.in_process("reference")  # its default responder says back what it heard
     assert model.calls_tools is False
     assert not model.capabilities.auto_tool_reply_generation and model.capabilities.mutable_tools
     session = model.session()
     try:
-        with pytest.raises(ToolsUnsupportedError, match="'scripted' cannot call tools") as refused:
+        with pytest.raises(ToolsUnsupportedError, match="'reference' cannot call tools") as refused:
             await session._update_tools([get_weather])
         assert refused.value.code == "tools_unsupported" and isinstance(refused.value, llm.RealtimeError)
         await session._update_tools([])  # no tools is fine
