@@ -126,7 +126,7 @@ class DuplexAgentSession(llm.DuplexSession):
         self._gate = gate
         self._tools = llm.ToolContext.empty()
         self._tool_schemas: list[dict[str, Any]] = []  # the tools as session.update carries them
-        self._tool_choice: NotGivenOr[str | dict[str, Any] | None] = NOT_GIVEN
+        self._tool_choice: str | dict[str, Any] = "auto"  # the wire's default until the Agent says otherwise
         self._calls = ModelCalls()
         self._replies = ToolReplies(self._send, model_replies=self._model_replies_to_tools,
                                     turns_create_responses=_turns_create_responses(plan.turn_detection))
@@ -228,7 +228,7 @@ class DuplexAgentSession(llm.DuplexSession):
             self._report(ToolsUnsupportedError(capabilities.plugin_id), recoverable=False)
             return
         update: dict[str, Any] = {"tools": self._tool_schemas} if self._tool_schemas else {}
-        if is_given(self._tool_choice) and capabilities.supports_tools:
+        if self._tool_choice != "auto" and capabilities.supports_tools:
             update["tool_choice"] = self._tool_choice
         if update:
             self._send(p.SessionUpdate(session=update))
@@ -309,11 +309,12 @@ class DuplexAgentSession(llm.DuplexSession):
         choice = _wire_tool_choice(tool_choice)
         capabilities = self._model_capabilities()
         can_call = capabilities is None or capabilities.supports_tools
-        if choice not in (None, "auto", "none") and not can_call:
+        if choice not in ("auto", "none") and not can_call:
             assert capabilities is not None
             raise ToolsUnsupportedError(capabilities.plugin_id)
-        self._tool_choice = choice
-        if self._conversation is not None and can_call:
+        # the framework sets it around every tool reply and back: only a change goes out
+        changed, self._tool_choice = choice != self._tool_choice, choice
+        if self._conversation is not None and can_call and changed:
             self._conversation.send(p.SessionUpdate(session={"tool_choice": choice}))
 
     def _generate_reply(self, *, instructions: NotGivenOr[str] = NOT_GIVEN,
@@ -531,11 +532,12 @@ def _turns_create_responses(turn_detection: dict[str, Any] | None) -> bool:
     return turn_detection.get("type") is not None and bool(turn_detection.get("create_response", True))
 
 
-def _wire_tool_choice(choice: llm.ToolChoice | None) -> str | dict[str, Any] | None:
-    """livekit-agents' ``{"type": "function", "function": {"name": ...}}`` is the wire's ``{"type", "name"}``."""
+def _wire_tool_choice(choice: llm.ToolChoice | None) -> str | dict[str, Any]:
+    """livekit-agents' ``{"type": "function", "function": {"name": ...}}`` is the wire's ``{"type", "name"}``;
+    its None (no preference) is the wire's default, ``auto``."""
     if isinstance(choice, dict):
         return {"type": "function", "name": choice["function"]["name"]}
-    return choice
+    return "auto" if choice is None else choice
 
 
 def _silence() -> rtc.AudioFrame:

@@ -65,7 +65,11 @@ async def test_the_agents_tools_go_to_the_model_as_livekit_agents_builds_their_s
         await session._update_tools([])
         assert _updates(backend.conversation, "tools")[-1] == []
         session._update_options(tool_choice={"type": "function", "function": {"name": "get_weather"}})
-        assert _updates(backend.conversation, "tool_choice")[-1] == {"type": "function", "name": "get_weather"}
+        assert _updates(backend.conversation, "tool_choice") == [{"type": "function", "name": "get_weather"}]
+        # livekit-agents' "no preference" is the wire's default; the same choice again sends nothing
+        session._update_options(tool_choice=None)
+        session._update_options(tool_choice="auto")
+        assert _updates(backend.conversation, "tool_choice")[1:] == ["auto"]
         assert session.tools.function_tools == {}
     finally:
         await session.aclose()
