@@ -46,7 +46,9 @@ class ModelCalls:
             return None
         self._made[call_id] = name
         while len(self._made) > _KEPT:
-            self._answered.discard(self._made.pop(next(iter(self._made))))
+            oldest = next(iter(self._made))
+            del self._made[oldest]
+            self._answered.discard(oldest)
         call = llm.FunctionCall(call_id=call_id, name=name, arguments=arguments)
         if item_id:
             call.id = item_id  # the session's history and the model's name the call alike

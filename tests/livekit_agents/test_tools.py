@@ -15,6 +15,7 @@ from livekit.agents import Agent, AgentSession, function_tool, llm
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.livekit_agents import DuplexModel, ToolsUnsupportedError
 from duplex_agent.livekit_agents.gate import ResponseGate
+from duplex_agent.livekit_agents.model_calls import ModelCalls
 from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
 from tests.livekit_agents.tool_fakes import TOOL_CAPS, OneConversationBackend, call_events, model_on
 from tests.support.waits import until
@@ -313,3 +314,16 @@ async def test_a_barge_in_while_the_tool_runs_still_gives_the_model_its_output_a
         assert not conversation.sent_of(p.ResponseCreate)
     finally:
         await session.aclose()
+
+
+def test_a_long_conversation_forgets_its_oldest_calls_and_their_answers_alike():
+    calls = ModelCalls()
+    first = call_events("call-0", "get_weather", {"city": "Paris"})
+    assert calls.take(next(e for e in first if isinstance(e, p.ResponseOutputItemDone))) is not None
+    assert calls.answer("call-0") and not calls.answer("call-0")
+    for n in range(1, 1025):
+        done = next(e for e in call_events(f"call-{n}", "get_weather", {}) if isinstance(e, p.ResponseOutputItemDone))
+        calls.take(done)
+    # the oldest is forgotten whole: neither made nor answered (a stray late output is refused)
+    assert not calls.made("call-0") and not calls.answer("call-0") and "call-0" not in calls._answered
+    assert calls.made("call-1024") and calls.answer("call-1024")
