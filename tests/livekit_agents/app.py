@@ -4,7 +4,8 @@ Configured by the environment: DUPLEX_TEST_URL (a duplex websocket) or DUPLEX_TE
 DUPLEX_TEST_OPTIONS (JSON) for in_process; DUPLEX_TEST_SESSION (JSON) the model's ``session``;
 DUPLEX_TEST_STALL_S blocks the job's loop that long once, in the first reply;
 DUPLEX_TEST_ATTACH=1 builds the AgentSession outside the job's context (livekit-agents sees no
-job), named to the model with ``attach`` as an app that runs sessions itself does; every history item,
+job), named to the model with ``attach`` as an app that runs sessions itself does; DUPLEX_TEST_TOOLS=1
+gives the Agent a get_weather ``@function_tool`` (each run recorded); every history item,
 error, close and user and agent state change goes to the JSON lines file DUPLEX_TEST_RECORD, stamped
 with the time, for the test to read (and a failure's reader: it stays in the test's tmp_path).
 """
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 from livekit import agents
-from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType
+from livekit.agents import Agent, AgentServer, AgentSession, JobExecutorType, RunContext, function_tool
 
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents import DuplexModel
@@ -133,6 +134,17 @@ def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> N
     session.on("close", lambda ev: record("close"))  # at once: the job ends right after
 
 
+@function_tool
+async def get_weather(context: RunContext, city: str) -> str:
+    """Today's weather in a city.
+
+    Args:
+        city: The city's name.
+    """
+    _record(context.session.room_io.room.name, "tool", name="get_weather", city=city)
+    return f"sunny and 21 degrees in {city}"
+
+
 async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     room = ctx.room.name
     session = AgentSession(llm=MODEL, aec_warmup_duration=None)
@@ -172,7 +184,8 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     session.on("close", lambda ev: closed.set())
     if stall_s := float(os.environ.get("DUPLEX_TEST_STALL_S", "0")):
         session.on("agent_state_changed", lambda ev: _stall_once(room, loop, ev, stall_s))
-    await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says."))
+    tools = [get_weather] if os.environ.get("DUPLEX_TEST_TOOLS") else []
+    await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says.", tools=tools))
     duplex = session.current_agent.duplex_session
     duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))
     _count_caller_audio(room, session, duplex, ctx.room)

@@ -180,6 +180,25 @@ async def test_unreachable_backend_gives_an_error_with_its_code_and_the_job_ends
     await caller.leave()
 
 
+@pytest.mark.slow
+async def test_tools_for_a_server_whose_model_cannot_call_them_end_the_session_saying_so(livekit_server, start_serve,
+                                                                                        start_app):
+    backend = await start_serve(plugin="reference")  # its echo responder calls no tools
+    worker = await start_app(DUPLEX_TEST_URL=backend.realtime_url, DUPLEX_TEST_TOOLS="1")
+    caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token("bob", "room-no-tools"))
+    await caller.join()
+    try:
+        await livekit_server.create_dispatch("room-no-tools", AGENT_NAME)
+        await until(lambda: worker.records("error", "room-no-tools"), 60, "the error event")
+        (error,) = worker.records("error", "room-no-tools")
+        assert error["code"] == "tools_unsupported" and not error["recoverable"], error
+        assert "'reference' cannot call tools" in error["message"], error
+        await until(lambda: worker.records("close", "room-no-tools"), 60, "the session to close")
+        await until(lambda: caller.agent_left, 60, "the agent to leave the room")
+    finally:
+        await caller.leave()
+
+
 async def _ready_caller(livekit_server, worker, identity: str, room: str) -> LiveKitCaller:
     caller = LiveKitCaller(livekit_server.url, livekit_server.mint_token(identity, room))
     await caller.join()
