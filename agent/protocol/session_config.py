@@ -185,7 +185,9 @@ def _vad_settings_dict(detection: dict[str, Any]) -> dict[str, Any]:
 
 
 def session_config_dict(config: DuplexSessionConfig) -> dict[str, Any]:
-    return {
+    """The session as its events show it; ``tools`` and ``tool_choice`` only once set (vLLM-Omni's
+    ``as_public_dict`` shows them from its ``extra_body`` the same way)."""
+    shown: dict[str, Any] = {
         "instructions": config.instructions,
         "voice": config.voice,
         "modalities": list(config.modalities),
@@ -195,3 +197,7 @@ def session_config_dict(config: DuplexSessionConfig) -> dict[str, Any]:
         "turn_detection": config.turn_detection,
         "overlap_policy": config.overlap_policy,
     }
+    for field, key in (("tools", TOOLS_KEY), ("tool_choice", TOOL_CHOICE_KEY)):
+        if config.extra_body.get(key) is not None:
+            shown[field] = config.extra_body[key]
+    return shown

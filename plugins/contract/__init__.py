@@ -13,7 +13,13 @@ buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
 """
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
-from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
+from duplex_agent.plugins.contract.data_plane import (
+    FUNCTION_CALL,
+    FUNCTION_CALL_DONE,
+    DuplexDataPlane,
+    EncodeAudio,
+    project_function_call,
+)
 from duplex_agent.plugins.contract.loading import (
     PluginNotFoundError,
     duplex_plugin_type,
@@ -38,6 +44,8 @@ from duplex_agent.plugins.contract.types import (
 )
 
 __all__ = [
+    "FUNCTION_CALL",
+    "FUNCTION_CALL_DONE",
     "DefaultDuplexModelSessionState",
     "DuplexAppendPlan",
     "DuplexCapabilities",
@@ -59,6 +67,7 @@ __all__ = [
     "load_duplex_plugin",
     "option",
     "payload_turn_id",
+    "project_function_call",
     "reject_changed_runtime_value",
     "reject_private_runtime_keys",
     "validate_duplex_plugin_sampling",
