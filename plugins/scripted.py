@@ -73,6 +73,8 @@ class Script:
     #: Function calls each turn's reply makes after its words: ``{"name", "arguments"}`` (a dict or
     #: JSON text), with a ``call_id`` of its own if the test wants one.
     calls: list[dict[str, Any]] = field(default_factory=list)
+    #: The calls come after this many words of the reply (None: after all of them).
+    calls_after_words: int | None = None
     #: What the speaker says answering function outputs; ``{output}`` is the newest output.
     tool_reply: str = "the tool says {output}"
     supports_tools: bool = True
@@ -131,6 +133,10 @@ class SpeakerStage(PythonStage):
                 reply = self.script.reply if self.script.reply is not None else f"you said {heard}"
                 calls = self.script.calls
             for said, word in enumerate(reply.split()):
+                if said == self.script.calls_after_words:
+                    for call in calls:
+                        yield _call_output(call)
+                    calls = []
                 if self.script.hold_after_words is not None and said >= self.script.hold_after_words:
                     await self.script.released.wait()
                 if self.script.fail_after_words is not None and spoken >= self.script.fail_after_words:
@@ -141,8 +147,12 @@ class SpeakerStage(PythonStage):
                 metadata: dict[str, object] = {"lag_ms": self.script.lag_ms} if self.script.lag_ms else {}
                 yield StageYield({"audio": _tone(self.script.word_ms), "text": word}, metadata=metadata)
             for call in calls:
-                yield StageYield({FUNCTION_CALL: {"call_id": call.get("call_id", f"call_{uuid.uuid4().hex[:12]}"),
-                                                  "name": call["name"], "arguments": call.get("arguments", {})}})
+                yield _call_output(call)
+
+
+def _call_output(call: dict[str, Any]) -> StageYield:
+    return StageYield({FUNCTION_CALL: {"call_id": call.get("call_id", f"call_{uuid.uuid4().hex[:12]}"),
+                                       "name": call["name"], "arguments": call.get("arguments", {})}})
 
 
 def _tone(duration_ms: float) -> np.ndarray:

@@ -13,13 +13,19 @@ import json
 from typing import Any
 
 from duplex_agent.agent.protocol.events import ProtocolError
+from duplex_agent.plugins.contract.tools import (
+    REALTIME_RESPONSE_TOOL_CHOICE,
+    REALTIME_RESPONSE_TOOLS,
+    REALTIME_TOOL_CHOICE,
+    REALTIME_TOOLS,
+)
 
-#: Where ``session.update``'s fields live in ``extra_body`` (vLLM-Omni's keys).
-TOOLS_KEY = "realtime_tools"
-TOOL_CHOICE_KEY = "realtime_tool_choice"
+#: Where ``session.update``'s fields live in ``extra_body`` (vLLM-Omni's keys; the contract names them).
+TOOLS_KEY = REALTIME_TOOLS
+TOOL_CHOICE_KEY = REALTIME_TOOL_CHOICE
 #: Where one ``response.create``'s own ``tools`` / ``tool_choice`` go (vLLM-Omni's response options).
-RESPONSE_TOOLS_KEY = "realtime_response_tools"
-RESPONSE_TOOL_CHOICE_KEY = "realtime_response_tool_choice"
+RESPONSE_TOOLS_KEY = REALTIME_RESPONSE_TOOLS
+RESPONSE_TOOL_CHOICE_KEY = REALTIME_RESPONSE_TOOL_CHOICE
 #: Tools one session may declare: more would not fit a speech model's prompt anyway.
 MAX_TOOLS = 64
 #: Function calls one reply may make; the runner announces no more (a runaway model would
@@ -81,16 +87,6 @@ def response_tool_options(response: Any, *, event_id: str | None = None) -> dict
     if response.get("tool_choice") is not None:
         options[RESPONSE_TOOL_CHOICE_KEY] = check_tool_choice(response["tool_choice"], event_id=event_id)
     return options
-
-
-def tools_in_effect(extra_body: dict[str, Any], response_options: dict[str, Any]) -> tuple[list[dict[str, Any]],
-                                                                                          str | dict[str, Any]]:
-    """The tools and tool choice one response uses: its own where ``response.create`` gave them,
-    else the session's (``auto`` when none was chosen)."""
-    tools = response_options.get(RESPONSE_TOOLS_KEY, extra_body.get(TOOLS_KEY))
-    choice = response_options.get(RESPONSE_TOOL_CHOICE_KEY, extra_body.get(TOOL_CHOICE_KEY))
-    return (list(tools) if isinstance(tools, list) else [],
-            choice if isinstance(choice, str | dict) else "auto")
 
 
 def session_tools(extra_body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,7 +9,8 @@ The session runner in ``agent/`` drives it; a plugin never sees a transport.
 
 The contract is split by role: ``types`` (values and errors), ``buffers`` (append
 buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
-``loading``, and ``options`` (a plugin's own flags); everything is importable from this package.
+``loading``, ``options`` (a plugin's own flags) and ``tools`` (where a session's tools
+reach a plugin); everything is importable from this package.
 """
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
@@ -29,6 +30,13 @@ from duplex_agent.plugins.contract.loading import (
 from duplex_agent.plugins.contract.options import option
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin, PartialStageForward
 from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState, DuplexModelSessionState
+from duplex_agent.plugins.contract.tools import (
+    REALTIME_RESPONSE_TOOL_CHOICE,
+    REALTIME_RESPONSE_TOOLS,
+    REALTIME_TOOL_CHOICE,
+    REALTIME_TOOLS,
+    tools_in_effect,
+)
 from duplex_agent.plugins.contract.types import (
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -46,6 +54,10 @@ from duplex_agent.plugins.contract.types import (
 __all__ = [
     "FUNCTION_CALL",
     "FUNCTION_CALL_DONE",
+    "REALTIME_RESPONSE_TOOLS",
+    "REALTIME_RESPONSE_TOOL_CHOICE",
+    "REALTIME_TOOLS",
+    "REALTIME_TOOL_CHOICE",
     "DefaultDuplexModelSessionState",
     "DuplexAppendPlan",
     "DuplexCapabilities",
@@ -70,5 +82,6 @@ __all__ = [
     "project_function_call",
     "reject_changed_runtime_value",
     "reject_private_runtime_keys",
+    "tools_in_effect",
     "validate_duplex_plugin_sampling",
 ]
