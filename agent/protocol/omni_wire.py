@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
@@ -325,7 +325,7 @@ class ServerWireEncoder:
         data["event"] = {k: v for k, v in data.items() if k not in ("event_id", "event")}
 
 
-def _is_call_response(event: p.ServerEvent) -> bool:
+def _is_call_response(event: p.ServerEvent) -> TypeGuard[p.ResponseCreated | p.ResponseDone]:
     return isinstance(event, p.ResponseCreated | p.ResponseDone) and event.function_call is not None
 
 

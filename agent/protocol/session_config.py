@@ -75,7 +75,11 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             raise ProtocolError("unknown_session_field", f"session.update: unknown field {key!r}")
         if not isinstance(value, expected) or isinstance(value, bool):
             raise ProtocolError("invalid_field", f"session.update: field {key!r} has the wrong type")
-        changes[key] = value if key != "extra_body" else {**changes.get("extra_body", current.extra_body), **value}
+        if key == "extra_body":
+            # On top of the tools this update put there, if any.
+            base: dict[str, object] = changes.get("extra_body", current.extra_body)
+            value = {**base, **update[key]}
+        changes[key] = value
 
     for key in ("input_audio_format", "output_audio_format"):
         if key in changes:

@@ -336,7 +336,8 @@ class _ToolCallPieces:
             call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
             if isinstance(piece.get("id"), str) and not call["id"]:
                 call["id"] = piece["id"]
-            function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+            given = piece.get("function")
+            function: dict[str, Any] = given if isinstance(given, dict) else {}
             if isinstance(function.get("name"), str) and not call["name"]:
                 call["name"] = function["name"]
             if isinstance(function.get("arguments"), str):
