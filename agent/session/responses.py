@@ -8,8 +8,9 @@ at each turn boundary the model keeps only those words, and the function calls
 and outputs between them, in order.
 
 A response may also answer from the context alone (a *continuation*: the model's
-answer to function outputs). It waits for the floor like a turn; a turn's reply
-that opens first answers the outputs too, and the continuation is dropped.
+answer to function outputs). It waits for the floor like a turn, and while the
+caller speaks; a turn's reply that opens first answers the outputs too, and the
+continuation is dropped.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ class ResponseManager:
         if self.active is not None:
             return
         if not self.pending_turns:
-            if self.continuation is not None:
+            # While the caller speaks the answer waits: their turn's reply will answer the outputs too.
+            if self.continuation is not None and not self._core.state.speech_since_commit:
                 self._open_continuation()
             return
         turn_id, item_id, request_id = self.pending_turns.popleft()
@@ -233,11 +235,11 @@ class ResponseManager:
         self._core.emit(p.InputTranscriptionCompleted(item_id or self._core.new_id("item"), transcript))
 
     def withdraw_unanswered_turn(self) -> bool:
-        """When the running response has said nothing yet and no turn waits behind its own: takes
+        """When the running response has said nothing yet (nor called a function) and no turn waits behind its own: takes
         that turn's user item out of history (the caller is still saying it; its words come with
         the next turn) and returns True."""
         response = self.active
-        if response is None or response.spoke or response.continuation or self.pending_turns:
+        if response is None or response.spoke or response.calls_made or response.continuation or self.pending_turns:
             return False
         item_id = self._user_items_by_turn.pop(response.turn_id, None)
         item = next((i for i in self.history if i.item_id == item_id and i.role == "user"), None)

@@ -9,10 +9,12 @@ import logging
 
 import pytest
 
+from devtools.speech import speak
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.runner import DuplexSessionRunner
+from duplex_agent.plugins.contract import DuplexRuntimeConfigError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.runtime.conftest import TRANSPORTS
 from tests.runtime.drivers import RunnerDriver
@@ -32,8 +34,8 @@ async def session():
     """session(script) -> (driver, plugin): a runner on a virtual clock, configured with a tool."""
     opened: list = []
 
-    async def open_session(script: Script, update: dict | None = None):
-        plugin = ScriptedPlugin(as_float32_audio, script)
+    async def open_session(script: Script, update: dict | None = None, plugin_type: type = ScriptedPlugin):
+        plugin = plugin_type(as_float32_audio, script)
         backend = LocalBackend(plugin, plugin.build_local_engine())
         runner = DuplexSessionRunner(plugin, backend.engine, backend.capabilities, clock=lambda: 0.0)
         runner.start()
@@ -181,6 +183,77 @@ async def test_a_second_output_for_a_call_is_refused(session):
     assert error["error"]["message"] == "function_call_output already exists for call_id call_once"
     outputs = [h for h in driver.runner.history if h.role == "function_call_output"]
     assert [h.function["output"] for h in outputs] == ["first"]
+
+
+class PickyPlugin(ScriptedPlugin):
+    """Refuses an output it cannot take, as a plugin may."""
+
+    def runtime_config_for_function_output(self, config, current, item):
+        if item.get("output") == "secret":
+            raise DuplexRuntimeConfigError("this model takes no secrets", code="function_output_refused")
+        return super().runtime_config_for_function_output(config, current, item)
+
+
+async def test_the_plugin_may_refuse_an_output(session):
+    script = Script(reply="", calls=[{"name": "get_weather", "call_id": "call_p"}], tool_reply="{output}")
+    driver, _ = await session(script, plugin_type=PickyPlugin)
+    await ask(driver)
+    await until_spoken_done(driver)
+    await output(driver, "call_p", "secret")
+    error, seen = await driver.until("error")
+    assert error["error"]["code"] == "function_output_refused" and error["error"]["event_id"] == "evt_out"
+    assert "conversation.item.added" not in [e["type"] for e in seen]
+    # Refused, the call still waits for an output: the next one goes in, and its value reaches the answer.
+    await output(driver, "call_p", "public")
+    await driver.until("conversation.item.done")
+    await driver.send({"type": "response.create"})
+    answer = await until_spoken_done(driver)
+    assert [m["text"] for e in answer if e["type"] == "response.output_audio.delta" for m in e["marks"]] == ["public"]
+
+
+async def test_an_answer_asked_for_while_the_caller_speaks_waits_for_their_turn(session):
+    script = Script(reply="ok", calls=[{"name": "get_weather"}], tool_reply="from the tool {output}")
+    driver, _ = await session(script, {"type": "session.update", "session": {"tools": [WEATHER]}})  # server VAD
+    await driver.append(speak("What is the weather in Paris?", before_ms=300, after_ms=1000))
+    first = await until_spoken_done(driver)
+    call = next(e for e in first if e["type"] == "response.function_call_arguments.done")
+    await output(driver, call["call_id"], "sunny")
+    await driver.until("conversation.item.done")
+    more = speak("And what about tomorrow?", before_ms=0, after_ms=1000)
+    await driver.append(more[:8000])
+    await driver.until("input_audio_buffer.speech_started")
+    await driver.send({"type": "response.create"})
+    await driver.send({"type": "input_dtmf", "digit": "1"})
+    _, between = await driver.until("input_dtmf.received")
+    assert "response.created" not in [e["type"] for e in between]  # not over the caller
+    await driver.append(more[8000:])
+    second = await until_spoken_done(driver)
+    kinds = [e["type"] for e in second]
+    assert kinds.index("input_audio_buffer.committed") < kinds.index("response.created")
+    # The caller's turn was answered, with the output in the model's context; no second answer follows.
+    assert [m["text"] for e in second if e["type"] == "response.output_audio.delta" for m in e["marks"]] == ["ok"]
+    assert "function_call_output sunny" in driver.runner.plugin.script.context
+    await driver.send({"type": "input_dtmf", "digit": "2"})
+    _, after = await driver.until("input_dtmf.received")
+    assert "response.created" not in [e["type"] for e in after]
+
+
+async def test_a_reply_that_made_a_call_keeps_its_turn_when_the_caller_goes_on(session):
+    # The reply calls before its first word, then holds: the caller goes on talking.
+    script = Script(reply="checking", calls=[{"name": "get_weather", "call_id": "call_early"}],
+                    calls_after_words=0, hold_after_words=0)
+    driver, _ = await session(script, {"type": "session.update", "session": {"tools": [WEATHER]}})
+    await driver.append(speak("What is the weather in Paris?", before_ms=300, after_ms=1000))
+    await driver.until("response.function_call_arguments.done")
+    await driver.append(speak("I mean in the south of France.", before_ms=0, after_ms=1000))
+    seen = await until_spoken_done(driver)
+    cancelled = seen[-1]
+    assert cancelled["status"] == "cancelled" and cancelled["reason"] == "barge_in"
+    # The turn that made the call stays in the conversation, before its call.
+    assert "conversation.item.deleted" not in [e["type"] for e in seen]
+    roles = [h.role for h in driver.runner.history]
+    assert roles[:3] == ["user", "assistant", "function_call"], roles
+    script.released.set()
 
 
 async def test_response_create_with_nothing_new_to_answer_is_still_refused(session):
