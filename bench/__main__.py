@@ -50,6 +50,7 @@ SUITE = (
     Bench("remote_hop", "what the hop to a remote vLLM-Omni server adds per event"),
     Bench("backend_failover", "the gap a caller hears when its GPU host dies"),
     Bench("livekit_agents_bargein", "barge-in in a LiveKit Agents app: our DuplexModel vs LiveKit's adapter"),
+    Bench("livekit_agents_tools", "what an Agent's @function_tool adds to a turn in a LiveKit Agents app"),
     Bench("caller_turn_latency", "turn latency as the caller hears it"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),
 )

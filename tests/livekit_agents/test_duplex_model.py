@@ -5,6 +5,7 @@ session's history keeps only the words the caller heard."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from devtools.speech import speak, transcribe, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
+from tests.support.chat_stub import start_server, tool_calling_reply
 from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
@@ -205,6 +207,65 @@ async def _ready_caller(livekit_server, worker, identity: str, room: str) -> Liv
     assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
     await until(lambda: worker.records("started", room), 60, f"the agent session in {room}")
     return caller
+
+
+WEATHER_PLUGIN = "tests.livekit_agents.weather_plugin.WeatherScriptedPlugin"
+
+
+async def _weather_exchange(livekit_server, worker, room: str) -> None:
+    """A LiveKit caller asks the weather; the model calls the Agent's get_weather, and the caller
+    hears the answer, which says what the tool returned."""
+    caller = await _ready_caller(livekit_server, worker, "alice", room)
+    try:
+        asked = len(caller.received)
+        caller.mic.say(speak("What is the weather in Paris?", 48000, before_ms=300, after_ms=1200))
+        await until(lambda: any("sunny" in t.text for t in caller.agent_replies()), 90,
+                    "the answer with the tool's result")
+        # the Agent's own tool ran, once, with the model's arguments
+        assert [(r["name"], r["city"]) for r in worker.records("tool", room)] == [("get_weather", "Paris")]
+        answer = next(t for t in caller.agent_replies() if "sunny" in t.text)
+        assert words(answer.text) == words("the tool says sunny and 21 degrees in Paris"), answer
+        # and the caller heard it: the scripted voice's tones, 100 ms for each word said ("let me
+        # look", 0.3 s, then the answer's nine words), through Opus and the loopback SFU
+        await until(lambda: caller.loud_frames(asked) >= 80, 60, "the answer to play")  # 10 ms frames
+        said = [r["text"] for r in _assistant(worker, room)]
+        assert any("sunny" in text for text in said), said
+    finally:
+        await caller.leave()
+    assert not worker.records("error"), worker.records("error")
+
+
+@pytest.mark.slow
+async def test_an_agents_function_tool_answers_the_callers_question(livekit_server, start_app):
+    # the scripted model in the worker: "let me look", a call to get_weather, then its output said
+    worker = await start_app(DUPLEX_TEST_PLUGIN=WEATHER_PLUGIN, DUPLEX_TEST_TOOLS="1")
+    await _weather_exchange(livekit_server, worker, "room-tools")
+
+
+@pytest.mark.slow
+async def test_a_spoken_weather_question_is_answered_with_the_agents_tool_by_the_reference_model(livekit_server,
+                                                                                               start_app):
+    # the reference model's replies from an OpenAI-compatible chat endpoint that calls tools
+    seen: list[dict] = []
+    runner, base_url = await start_server(tool_calling_reply(seen))
+    try:
+        worker = await start_app(DUPLEX_TEST_PLUGIN="reference", DUPLEX_TEST_TOOLS="1",
+                                 DUPLEX_TEST_OPTIONS=json.dumps({"responder": "openai", "openai_base_url": base_url}))
+        caller = await _ready_caller(livekit_server, worker, "alice", "room-weather")
+        try:
+            reply = await caller.say_and_listen("What is the weather in Paris?", timeout=120)
+        finally:
+            await caller.leave()
+        # the Agent's tool went to the chat model as livekit-agents' schema, the model called it
+        # once, and the caller heard the answer carrying what it returned
+        assert [t["function"]["name"] for t in seen[0]["tools"]] == ["get_weather"], seen[0]
+        (ran,) = worker.records("tool", "room-weather")
+        heard = words(reply.heard)
+        assert {"sunny", "degrees"} <= set(heard), (reply, ran)
+        assert [m["role"] for m in seen[-1]["messages"]][-2:] == ["assistant", "tool"], seen[-1]
+        assert not worker.records("error"), worker.records("error")
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.slow
