@@ -39,5 +39,5 @@ def require_tool_calls(tools: ToolBox | None, capabilities: DuplexCapabilities) 
     if tools is None or capabilities.supports_tools:
         return
     hint = TOOL_HINTS.get(capabilities.plugin_id)
-    raise ModelStartError(f"--tools {tools.module.name}: the model {capabilities.plugin_id!r} cannot call tools"
+    raise ModelStartError(f"--tools {tools.module.name!r}: the model {capabilities.plugin_id!r} cannot call tools"
                           + (f"; {hint}" if hint else ""))

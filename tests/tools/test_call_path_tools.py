@@ -28,8 +28,6 @@ from tests.tools import toolkit
 from tests.tools.harness import FakeControl, call_events
 from tests.webrtc.fakes import CAPS, EnergyVadModel, FakeConversation
 
-pytestmark = pytest.mark.asyncio
-
 TOOL_CAPS = replace(CAPS, supports_tools=True)
 
 
@@ -128,3 +126,10 @@ async def test_the_hold_sound_plays_where_the_agent_is_silent_and_stops_at_the_a
     assert not path.hold_sounding
     answer = path.next_frame()
     assert np.abs(answer).max() > 0.1 * 32767  # the answer itself, not the quiet hold sound
+
+
+def test_the_hold_sound_is_quiet_and_mostly_silence():
+    pattern = hold_pattern().astype(np.float64) / 32767.0
+    peak_dbfs = 20 * np.log10(np.abs(pattern).max())
+    assert -25.0 < peak_dbfs < -23.0  # far below a voice near full scale
+    assert np.mean(np.abs(pattern) > 1e-3) < 0.5  # notes, then quiet: no drone

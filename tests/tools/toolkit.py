@@ -110,3 +110,13 @@ async def transfer(ctx: ToolContext, to: str) -> str:
 async def lookup_order(raw_arguments: dict[str, Any]) -> str:
     RUNS.calls.append(("lookup_order", dict(raw_arguments)))
     return f"order {raw_arguments['number']} is on its way"
+
+
+@after_heard
+@function_tool
+async def hang_up(ctx: ToolContext) -> str:
+    """End the call, once the goodbye is heard."""
+    RUNS.calls.append(("hang_up", {}))
+    RUNS.contexts.append(ctx)
+    await ctx.control.hang_up("the caller said goodbye")
+    return "hung up"
