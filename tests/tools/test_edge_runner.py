@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from duplex_agent.agent.metrics import REGISTRY
 from duplex_agent.agent.protocol.events import (
     ConversationItemCreate,
     ResponseCreate,
@@ -19,6 +20,8 @@ from duplex_agent.agent.protocol.events import (
 from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
 from tests.support.virtual_time import run_virtual
 from tests.tools.harness import ToolCall, call_events, spoken
+
+FAILURES, CALLS = "duplex_tool_failures_total", "duplex_tool_calls_total"
 
 
 def test_a_call_runs_once_and_its_answer_goes_back_before_the_follow_up():
@@ -80,6 +83,12 @@ def test_a_model_that_replies_to_outputs_gets_no_follow_up():
     ("transfer", '{"to": "sip:desk"}', "needs_phone_call", True),  # the call cannot: the model is told so
 ])
 def test_bad_input_gets_an_error_output_and_the_call_goes_on(name, arguments, code, ran):
+    def counted(metric: str, labels: dict[str, str]) -> float:
+        return REGISTRY.get_sample_value(metric, labels) or 0.0
+
+    tool_label = "(unknown)" if code == "unknown_tool" else name
+    failures, calls = counted(FAILURES, {"reason": code}), counted(CALLS, {"tool": tool_label})
+
     async def main():
         call = ToolCall()
         call.feed(call_events("r1", "c1", name, arguments))
@@ -88,6 +97,8 @@ def test_bad_input_gets_an_error_output_and_the_call_goes_on(name, arguments, co
         assert error["code"] == code, error
         assert error["message"]
         assert bool(call.runs.calls) is ran
+        assert counted(FAILURES, {"reason": code}) == failures + 1
+        assert counted(CALLS, {"tool": tool_label}) == calls + 1
         assert call.follow_ups() == 1  # the model says something about it
         # The call goes on: the next call runs.
         call.feed(call_events("r2", "c2", "get_weather", '{"city": "Lima"}'))
