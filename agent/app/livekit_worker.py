@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from livekit import agents
 
@@ -34,6 +35,9 @@ from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
+
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.toolbox import ToolBox
 
 log = logging.getLogger("duplex_agent.livekit")
 #: livekit-agents watches each job runner's event loop for blocking code: a heartbeat and a
@@ -116,7 +120,7 @@ def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> floa
 
 
 def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCalls, *,
-                       dev: bool) -> agents.AgentServer:
+                       dev: bool, tools: ToolBox | None = None) -> agents.AgentServer:
     os.environ.setdefault(LOOP_BLOCK_WARN_ENV, LOOP_BLOCK_WARN_MS)  # read as each job runner starts
     capacity = settings.max_sessions
     server = agents.AgentServer(
@@ -139,7 +143,9 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
     async def entrypoint(ctx: agents.JobContext) -> None:
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
         FfiRouter.shared().own_room(ctx.room)  # this job's loop wakes for its own room's events only
-        call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
+        # With tools, the room's API is the way a hang-up removes the caller.
+        call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata), tools=tools,
+                               room_api=ctx.api if tools is not None else None)
         log.info("job %s: room %s", ctx.job.id, ctx.room.name)
         calls.add(call)
         try:
@@ -188,16 +194,24 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
 async def _serve(settings: Settings, *, dev: bool) -> None:
     from duplex_agent.agent.app.bootstrap import start_backend
     from duplex_agent.agent.app.server import build_app, start_http
+    from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
 
     signals = ShutdownSignals()
     signals.install()
     _start_livekit_ffi()
+    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
     backend = await start_backend(settings)
+    try:
+        require_tool_calls(tools, backend.capabilities)
+    except ModelStartError:
+        await backend.close()
+        raise
     calls = LiveCalls()
-    server = build_agent_server(settings, backend, calls, dev=dev)
+    server = build_agent_server(settings, backend, calls, dev=dev, tools=tools)
     page = None
     if dev:  # the page too, minting room tokens with this worker's credentials
-        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
+        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True, tools=tools), settings.host,
+                                settings.port)
         scheme = "https" if settings.tls_enabled else "http"
         print(f"duplex-agent: the page is on {scheme}://{settings.host}:{settings.port}/ "
               "(LiveKit mode mints dev tokens)", flush=True)
