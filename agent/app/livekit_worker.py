@@ -25,12 +25,15 @@ import os
 import sys
 import threading
 
-from livekit import agents
+from livekit import agents, api
 
+from duplex_agent.agent import metrics
+from duplex_agent.agent.app.outbound_call import dial_out
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.agent.telephony.dial_request import DialRequestError, dial_request_of
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
@@ -137,15 +140,34 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
     )
 
     async def entrypoint(ctx: agents.JobContext) -> None:
+        try:
+            dial = dial_request_of(ctx.job.metadata)  # an outbound call to place, from the job's metadata
+        except DialRequestError as exc:
+            metrics.DIAL_OUTCOMES.labels("invalid_request").inc()
+            log.error("job %s: cannot place the call: %s", ctx.job.id, exc)
+            ctx.shutdown("invalid dial request")
+            return
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
         FfiRouter.shared().own_room(ctx.room)  # this job's loop wakes for its own room's events only
-        call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
+        if dial is None:
+            call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
+        else:
+            call = LiveKitRoomCall(ctx.room, backend, caller_identity=dial.participant_identity, only_caller=True)
         log.info("job %s: room %s", ctx.job.id, ctx.room.name)
         calls.add(call)
+        lkapi = api.LiveKitAPI(settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret) \
+            if dial is not None else None
+        dialing = asyncio.create_task(dial_out(lkapi, call, dial), name="livekit-dial-out") \
+            if lkapi is not None and dial is not None else None
         try:
             await call.run()
         finally:
             calls.remove(call)
+            if dialing is not None:
+                dialing.cancel()
+                await asyncio.gather(dialing, return_exceptions=True)
+            if lkapi is not None:
+                await lkapi.aclose()
         log.info("job %s ends after %d session(s)", ctx.job.id, call.sessions_served)
         ctx.shutdown("room closed")  # the framework leaves the room
 
@@ -187,7 +209,7 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
     from duplex_agent.agent.app.bootstrap import start_backend
-    from duplex_agent.agent.app.server import build_app, start_http
+    from duplex_agent.agent.app.server import build_app, build_metrics_app, start_http
 
     signals = ShutdownSignals()
     signals.install()
@@ -196,6 +218,8 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
     calls = LiveCalls()
     server = build_agent_server(settings, backend, calls, dev=dev)
     page = None
+    if not dev and settings.metrics_port:  # /metrics and /healthz alone, for a worker that serves no page
+        page = await start_http(build_metrics_app(backend), settings.metrics_host, settings.metrics_port)
     if dev:  # the page too, minting room tokens with this worker's credentials
         page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
         scheme = "https" if settings.tls_enabled else "http"
