@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 import time
 
+import aiohttp
 from livekit import api
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.app.voicemail_screen import VoicemailScreen
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.telephony.amd import Verdict
 from duplex_agent.agent.telephony.dial_outcome import DialFailed
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall
@@ -42,5 +45,37 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     log.info("room %s: %s answered after %.1f s (SIP call %s)", room, request.number,
              time.monotonic() - placed, info.sip_call_id)
     call.end_once_served()
-    if request.agent_speaks_first:
+    if request.voicemail:
+        await screen_for_voicemail(lkapi, call, request)
+    elif request.agent_speaks_first:
         call.speak_first()
+
+
+async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
+    """Tell a person from a voicemail box, then follow the request's policy."""
+    screen = VoicemailScreen()
+    call.caller_audio_tap = screen.push
+    room = call.room.name
+    decision = await screen.decided()
+    if decision is None:
+        return
+    log.info("room %s: %s answered (%s; decided %.1f s into the greeting)", room, decision.verdict.value,
+             decision.reason, decision.after_greeting_s)
+    if decision.verdict is Verdict.HUMAN:
+        call.caller_audio_tap = None
+        if request.agent_speaks_first:
+            call.speak_first()
+        return
+    if request.voicemail == "leave_message":
+        over = await screen.greeting_over()
+        log.warning("room %s: voicemail %s; the worker cannot speak the message yet (no speech synthesis at the "
+                    "edge), so it hangs up", room, "greeting over" if over else "greeting did not end")
+    call.caller_audio_tap = None
+    metrics.DIAL_OUTCOMES.labels("voicemail").inc()
+    call.tell_room(p.ErrorEvent.of("dial_voicemail", f"voicemail answered the call to {request.number}; the agent "
+                                   "hung up", error_type="call_error"))
+    try:
+        await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=room, identity=request.participant_identity))
+    except (api.ServerError, aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("room %s: hanging up on voicemail failed (%s); the agent leaves the call", room, exc)
+    await call.close("voicemail")

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
 from livekit import rtc
 
 from duplex_agent.agent.protocol import events as p
@@ -107,6 +108,8 @@ class LiveKitRoomCall:
         self._end_once_served = False  # set when the dialled party answered: their leaving ends the call
         self._wanted_served = False
         self._speak_first = False
+        #: Also given each frame of the caller's audio (48 kHz), e.g. to tell a voicemail box.
+        self.caller_audio_tap: Callable[[np.ndarray, int], None] | None = None
         self.overlap_policy = overlap_policy
         self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
         self.caller: rtc.RemoteParticipant | None = None
@@ -304,6 +307,8 @@ class LiveKitRoomCall:
                 samples = frame_samples(frame)
                 if self.path is not None:
                     self.path.push_caller_frame(samples, frame.sample_rate)
+                if self.caller_audio_tap is not None:
+                    self.caller_audio_tap(samples, frame.sample_rate)
         finally:
             await stream.aclose()
 
