@@ -22,6 +22,7 @@ from duplex_agent.agent.app.flags import (
 )
 from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
+from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
 
@@ -72,8 +73,15 @@ async def serve(settings: Settings) -> None:
     ssl_context = tls_context(settings)  # before the models load: a bad certificate fails at once
     signals = ShutdownSignals()
     signals.install()
+    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
     backend = await start_backend(settings)
-    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc), settings.host, settings.port, ssl_context=ssl_context)
+    try:
+        require_tool_calls(tools, backend.capabilities)
+    except ModelStartError:
+        await backend.close()
+        raise
+    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools), settings.host,
+                              settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "

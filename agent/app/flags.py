@@ -29,11 +29,13 @@ SERVE, START, DEV, TOKEN, DIAL = "serve", "start", "dev", "token", "dial"
 MODEL_COMMANDS = (SERVE, START, DEV)
 PAGE = (SERVE, DEV)  # subcommands that serve the page, WebRTC and the websocket
 
-NETWORK, ACCESS, MODEL, LIVEKIT, WORKER, OTHER = "network", "access", "model", "LiveKit", "worker", "other"
+NETWORK, ACCESS, MODEL, TOOLS, LIVEKIT, WORKER, OTHER = (
+    "network", "access", "model", "tools", "LiveKit", "worker", "other")
 GROUP_TITLES = {
     NETWORK: "network: where the page, WebRTC and the websocket listen",
     ACCESS: "access: who may open sessions (see docs/security.md)",
     MODEL: "model: what answers the caller",
+    TOOLS: "tools: what the agent may do during a WebRTC or LiveKit call",
     LIVEKIT: "LiveKit: the server this worker registers with",
     WORKER: "worker",
     OTHER: "other settings",
@@ -99,6 +101,13 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                                   "handshake may take before it counts as gone"),
     "backend_lost_grace": SettingFlag(MODEL, MODEL_COMMANDS, "several --backend: seconds a call whose backend is "
                                                              "lost looks for another before it ends"),
+    "tools": SettingFlag(TOOLS, MODEL_COMMANDS, "a module (package.module) of livekit-agents @function_tool "
+                                               "functions, and an optional `instructions` string, that the model "
+                                               "may call (it needs a model that calls tools)"),
+    "tool_timeout": SettingFlag(TOOLS, MODEL_COMMANDS, "seconds one tool may run; then the model is told it timed "
+                                                       "out"),
+    "hold_after": SettingFlag(TOOLS, MODEL_COMMANDS, "seconds a tool's answer may take before the caller hears a "
+                                                     "soft hold sound (until the answer plays)"),
     "livekit_url": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit server's ws:// or wss:// URL"),
     "livekit_api_key": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API key"),
     "livekit_api_secret": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API secret"),

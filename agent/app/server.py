@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -24,6 +25,9 @@ from duplex_agent.agent.app.realtime_ws import RealtimeEndpoint
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.session.ports import DuplexBackend
 
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.toolbox import ToolBox
+
 log = logging.getLogger("duplex_agent")
 BACKEND_KEY = web.AppKey("backend", object)
 SETTINGS_KEY = web.AppKey("settings", Settings)
@@ -36,9 +40,11 @@ def build_app(
     with_webrtc: bool = True,
     config_timeout_s: float = 10.0,
     mint_livekit_tokens: bool = False,
+    tools: ToolBox | None = None,
 ) -> web.Application:
     """The worker's routes. ``mint_livekit_tokens`` (dev mode only) lets the page ask for
-    room tokens signed with the worker's LiveKit credentials."""
+    room tokens signed with the worker's LiveKit credentials. ``tools`` serve the direct WebRTC
+    callers (a realtime websocket client runs its own)."""
     app = web.Application(client_max_size=64 * 1024)
     app[BACKEND_KEY] = backend
     app[SETTINGS_KEY] = settings
@@ -54,7 +60,7 @@ def build_app(
 
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
                                           resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
-                                          media_timeout_s=settings.media_timeout)
+                                          media_timeout_s=settings.media_timeout, tools=tools)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret
