@@ -107,7 +107,8 @@ async def test_dial_out_answered_and_busy(livekit_server, ready_worker):
 
     await livekit_server.phone_hang_up(call.call_id)
     await until(lambda: job_ended(livekit_server, "person-call"), 30, "the answered call's job to end")
-    await until(lambda: "ends after 1 session" in worker.log().split("person-call")[-1], 30, "the session to end")
+    job_id = job_of_room(livekit_server, "person-call").id
+    await until(lambda: f"job {job_id} ends after 1 session" in worker.log(), 30, "the session to end")
     text = await metrics(metrics_port)
     assert 'duplex_dial_outcomes_total{outcome="busy"} 1.0' in text
     assert 'duplex_dial_outcomes_total{outcome="answered"} 1.0' in text
