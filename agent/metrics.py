@@ -68,6 +68,17 @@ BARGE_IN_FALSE_PAUSES = Counter(
     "Paused replies resumed, nothing skipped, because the caller's sound did not hold as speech",
     registry=REGISTRY,
 )
+DIAL_OUTCOMES = Counter(
+    "duplex_dial_outcomes",
+    "Outbound calls placed, by outcome: answered, or why not (busy, declined, no_answer, invalid_number, "
+    "unknown_trunk, not_permitted, invalid_request, failed); voicemail: answered by a machine and hung up on",
+    ["outcome"], registry=REGISTRY,
+)
+AMD_DECISIONS = Counter(
+    "duplex_amd_decisions",
+    "Answered outbound calls screened for voicemail, by what answered: human or machine",
+    ["verdict"], registry=REGISTRY,
+)
 BARGE_INS_CONFIRMED = Counter(
     "duplex_barge_ins_confirmed", "Caller speech held over the agent (the minimum speech): the reply was cancelled",
     registry=REGISTRY,

@@ -24,7 +24,7 @@ from duplex_agent.plugins.contract.options import option_choices, option_help, o
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-SERVE, START, DEV, TOKEN = "serve", "start", "dev", "token"
+SERVE, START, DEV, TOKEN, DIAL = "serve", "start", "dev", "token", "dial"
 #: Subcommands that load a model (and so take the plugin's options).
 MODEL_COMMANDS = (SERVE, START, DEV)
 PAGE = (SERVE, DEV)  # subcommands that serve the page, WebRTC and the websocket
@@ -67,9 +67,9 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                             "addresses: for trying the page from a phone"),
     "tls_dir": SettingFlag(NETWORK, PAGE, "where the self-signed certificate is kept "
                                           "(empty: ~/.cache/duplex-agent/tls)"),
-    "metrics_port": SettingFlag(NETWORK, PAGE, "serve /metrics and /healthz on this port only, without a key "
-                                               "(0: on --port, behind the key)"),
-    "metrics_host": SettingFlag(NETWORK, PAGE, "address of --metrics-port"),
+    "metrics_port": SettingFlag(NETWORK, (*PAGE, START), "serve /metrics and /healthz on this port only, without "
+                                                         "a key (0: on --port, behind the key; start: none)"),
+    "metrics_host": SettingFlag(NETWORK, (*PAGE, START), "address of --metrics-port"),
     "api_key": SettingFlag(ACCESS, (*PAGE, TOKEN), "the key signaling, the websocket, tokens and metrics require "
                                                    "(empty: none)"),
     "api_key_file": SettingFlag(ACCESS, (*PAGE, TOKEN), "a file whose first line is the key, instead of --api-key"),
@@ -108,10 +108,10 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                        "out"),
     "hold_after": SettingFlag(TOOLS, MODEL_COMMANDS, "seconds a tool's answer may take before the caller hears a "
                                                      "soft hold sound (until the answer plays)"),
-    "livekit_url": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit server's ws:// or wss:// URL"),
-    "livekit_api_key": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit API key"),
-    "livekit_api_secret": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit API secret"),
-    "agent_name": SettingFlag(LIVEKIT, (START, DEV), "the agent name jobs are dispatched to"),
+    "livekit_url": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit server's ws:// or wss:// URL"),
+    "livekit_api_key": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API key"),
+    "livekit_api_secret": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API secret"),
+    "agent_name": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the agent name jobs are dispatched to"),
     "resume_grace_s": SettingFlag(WORKER, PAGE, "seconds a session outlives its dropped connection, waiting to be "
                                                 "resumed (0: no resume)"),
     "drain_timeout": SettingFlag(WORKER, MODEL_COMMANDS, "seconds SIGTERM/SIGINT lets live calls finish before "

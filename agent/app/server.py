@@ -49,16 +49,7 @@ def build_app(
     app[BACKEND_KEY] = backend
     app[SETTINGS_KEY] = settings
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "sessions": backend.active_sessions,
-                                  "max_sessions": backend.capabilities.max_sessions})
-
-    async def metrics_page(request: web.Request) -> web.Response:
-        metrics.ACTIVE_SESSIONS.labels("all").set(backend.active_sessions)
-        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics_page)
+    add_health_routes(app, backend)
     RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
     peer_sessions = None
     if with_webrtc:
@@ -85,6 +76,26 @@ def build_app(
                            sessions_per_address=settings.sessions_per_address, metrics_port=settings.metrics_port,
                            peer_sessions=peer_sessions)
     return app
+
+
+def build_metrics_app(backend: DuplexBackend) -> web.Application:
+    """Only /metrics and /healthz: a LiveKit worker's, which serves no page."""
+    app = web.Application(client_max_size=1024)
+    add_health_routes(app, backend)
+    return app
+
+
+def add_health_routes(app: web.Application, backend: DuplexBackend) -> None:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "sessions": backend.active_sessions,
+                                  "max_sessions": backend.capabilities.max_sessions})
+
+    async def metrics_page(request: web.Request) -> web.Response:
+        metrics.ACTIVE_SESSIONS.labels("all").set(backend.active_sessions)
+        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_page)
 
 
 def tls_certificate(settings: Settings) -> ServerCertificate | None:

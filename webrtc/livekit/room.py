@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from livekit import api, rtc
 
 from duplex_agent.agent.protocol import events as p
@@ -106,7 +107,7 @@ class LiveKitRoomCall:
     """Serves the callers of one room, one at a time, until the room closes."""
 
     def __init__(self, room: rtc.Room, backend: DuplexBackend, *, caller_identity: str | None = None,
-                 overlap_policy: str = "barge_in", tools: ToolBox | None = None,
+                 only_caller: bool = False, overlap_policy: str = "barge_in", tools: ToolBox | None = None,
                  room_api: api.LiveKitAPI | None = None,
                  control_type: type[LiveKitCallControl] = LiveKitCallControl) -> None:
         self.room = room
@@ -118,6 +119,13 @@ class LiveKitRoomCall:
         self.control_type = control_type
         self._hung_up: set[str] = set()  # callers the agent hung up on: not served again
         self.wanted_identity = caller_identity
+        #: Serve ``caller_identity`` alone (the party an outbound call dialled), no one else.
+        self.only_caller = only_caller and caller_identity is not None
+        self._end_once_served = False  # set when the dialled party answered: their leaving ends the call
+        self._wanted_served = False
+        self._speak_first = False
+        #: Also given each frame of the caller's audio (48 kHz), e.g. to tell a voicemail box.
+        self.caller_audio_tap: Callable[[np.ndarray, int], None] | None = None
         self.overlap_policy = overlap_policy
         self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
         self.caller: rtc.RemoteParticipant | None = None
@@ -162,6 +170,8 @@ class LiveKitRoomCall:
         self._set_state("listening")
         try:
             while not self._room_closed.is_set() and not self._finishing:
+                if self._end_once_served and self._wanted_served:
+                    break
                 caller = self._choose_caller()
                 if caller is None:
                     await self._wait(self._caller_changed)
@@ -182,6 +192,24 @@ class LiveKitRoomCall:
             # every call a worker had served kept one ticking (its cost grew with calls served).
             await self.source.aclose()
             self._finished.set()
+
+    def end_once_served(self) -> None:
+        """End the call once the wanted caller has been served and left (an answered outbound call:
+        the called party hanging up ends it)."""
+        self._end_once_served = True
+        self._caller_changed.set()
+
+    def speak_first(self) -> None:
+        """Ask the model for a reply now, not waiting to be spoken to (an answered outbound call);
+        for a caller not yet served, as soon as their conversation opens."""
+        if self.conversation is not None:
+            self.conversation.send(p.ResponseCreate())
+        else:
+            self._speak_first = True
+
+    def tell_room(self, event: p.ErrorEvent | p.SessionClosed) -> None:
+        """One typed event for the room's participants (``duplex.events``), before anything the call says after it."""
+        self._tell_room(event)
 
     def finish_after_current(self) -> None:
         """Let the live conversation go on until its caller leaves; then end, taking no next caller."""
@@ -212,7 +240,7 @@ class LiveKitRoomCall:
         for participant in candidates:
             if participant.identity == self.wanted_identity:
                 return participant
-        return candidates[0] if candidates else None
+        return candidates[0] if candidates and not self.only_caller else None
 
     # ---- one caller ----
 
@@ -238,6 +266,9 @@ class LiveKitRoomCall:
         )
         self._conversation_open = True
         await self.path.start()
+        if self._speak_first:
+            self._speak_first = False
+            self.conversation.send(p.ResponseCreate())
         publication.set_subscribed(True)
         self._call_tasks = [
             asyncio.create_task(self._read_caller(publication), name="livekit-caller-audio"),
@@ -251,6 +282,8 @@ class LiveKitRoomCall:
             self._room_closed.set()
         elif not self._room_closed.is_set():
             await self._end_call(HUNG_UP if caller.identity in self._hung_up else "caller_left")
+        if caller.identity == self.wanted_identity:
+            self._wanted_served = True
 
     def _caller_present(self) -> bool:
         caller = self.caller
@@ -309,6 +342,8 @@ class LiveKitRoomCall:
                 samples = frame_samples(frame)
                 if self.path is not None:
                     self.path.push_caller_frame(samples, frame.sample_rate)
+                if self.caller_audio_tap is not None:
+                    self.caller_audio_tap(samples, frame.sample_rate)
         finally:
             await stream.aclose()
 
