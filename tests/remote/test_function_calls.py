@@ -1,0 +1,253 @@
+"""Tools through the remote backend: vLLM-Omni's function-call events in our vocabulary, each call
+passed on once and bounded per reply, tools and outputs on the wire as vLLM-Omni takes them.
+
+The server here is a small stand-in speaking vLLM-Omni 0.30.0's shapes (``fake_server``); the same
+against the real server is ``tests/omni_peer/test_tools.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
+from duplex_agent.agent.remote.backend import RemoteBackend
+from duplex_agent.agent.remote.conversation import RemoteOptions
+from duplex_agent.agent.remote.events import ServerMessageReader
+from duplex_agent.agent.remote.session import parse_session_created
+from tests.remote.conversation_events import events_until
+from tests.support.waits import until
+
+from .fake_server import (
+    OMNI_CAPS,
+    FakeServer,
+    FakeSession,
+    drop_connection,
+    function_call_messages,
+    session_created,
+)
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+#: A vLLM-Omni plugin whose stage request resumes (Nemotron VoiceChat's): it answers outputs itself.
+RESUMABLE = {**OMNI_CAPS, "supports_core_resumable_request": True}
+CALL_ORDER = [p.ResponseCreated, p.ConversationItemAdded, p.ResponseOutputItemAdded,
+              p.ResponseFunctionCallArgumentsDelta, p.ResponseFunctionCallArgumentsDone, p.ResponseOutputItemDone,
+              p.ConversationItemDone, p.ResponseDone]
+
+
+def read_all(reader: ServerMessageReader, messages: list[dict]) -> list[p.ServerEvent]:
+    return [event for message in messages for event in reader.read(message)]
+
+
+def test_a_vllm_omni_call_becomes_our_events_in_its_order_with_the_calls_item():
+    reader = ServerMessageReader(24000)
+    events = read_all(reader, function_call_messages("resp_c1", "item_c1", "call_1"))
+    assert [type(e) for e in events] == CALL_ORDER
+    created, added, _, delta, done, _, item_done, finished = events
+    assert created == p.ResponseCreated("resp_c1", "item_c1")  # the call's item, not a reply's
+    assert isinstance(added, p.ConversationItemAdded) and added.item["call_id"] == "call_1"
+    assert isinstance(delta, p.ResponseFunctionCallArgumentsDelta) and delta.delta == '{"city":"Paris"}'
+    assert done == p.ResponseFunctionCallArgumentsDone("resp_c1", "item_c1", "call_1", '{"city":"Paris"}')
+    assert isinstance(item_done, p.ConversationItemDone) and item_done.item["name"] == "get_weather"
+    assert finished == p.ResponseDone("resp_c1", "completed", "completed")
+    # A spoken reply's response.created keeps its own item; its message items stay unseen as before.
+    spoken = read_all(reader, [
+        {"type": "response.created", "response_id": "r2", "response": {"id": "r2", "output": []}},
+        {"type": "conversation.item.added", "item": {"id": "item_r2", "type": "message", "role": "assistant"}},
+        {"type": "response.output_item.added", "response_id": "r2",
+         "item": {"id": "item_r2", "type": "message", "role": "assistant"}}])
+    assert spoken == [p.ResponseCreated("r2", "item_r2")]
+    # An output's echo says the server took it.
+    [echo] = reader.read({"type": "conversation.item.added", "previous_item_id": "item_c1", "item": {
+        "type": "function_call_output", "call_id": "call_1", "output": "sunny", "id": "item_o1"}})
+    assert isinstance(echo, p.ConversationItemAdded) and echo.item["id"] == "item_o1"
+
+
+@pytest.mark.parametrize(("caps", "expected"), [
+    (OMNI_CAPS, (False, False)),  # a turn-based plugin: vLLM-Omni refuses the response.create after an output
+    (RESUMABLE, (True, True)),  # it continues the model's request after an output
+    ({**OMNI_CAPS, "supports_tools": True, "replies_to_tool_output": False}, (True, False)),  # ours says both
+])
+def test_tool_capabilities_of_a_remote_server(caps, expected):
+    remote = parse_session_created(session_created(caps=caps), model="", max_sessions=1)
+    assert (remote.capabilities.supports_tools, remote.capabilities.replies_to_tool_output) == expected
+
+
+@pytest.fixture
+async def remote():
+    """remote(caps, **options) -> (conversation, the server's session); the server records what comes."""
+    made: list[tuple[FakeServer, RemoteBackend]] = []
+
+    async def open_with(caps: dict, **options):
+        sessions: list[FakeSession] = []
+
+        async def handler(ws, request):
+            session = FakeSession()
+            session.ws = ws
+            sessions.append(session)
+            await session.until("session.update")
+            await ws.send_str(json.dumps(session.stamp(session_created(caps=caps))))
+            while await session.receive(timeout=30) is not None:
+                pass
+
+        server = await FakeServer(handler).start()
+        backend = RemoteBackend(server.url, options=RemoteOptions(**options))
+        made.append((server, backend))
+        conversation = await backend.open()
+        return conversation, sessions[-1]
+
+    yield open_with
+    for server, backend in made:
+        await backend.close()
+        await server.close()
+
+
+async def error_of(conversation, seen: list[p.ServerEvent]) -> p.ErrorEvent:
+    event = await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent), seen)
+    assert isinstance(event, p.ErrorEvent)
+    return event
+
+
+async def test_tools_go_in_session_update_and_response_create_checked_before_anything_is_sent(remote):
+    conversation, session = await remote(RESUMABLE)
+    seen: list[p.ServerEvent] = []
+    # Bad input is a typed error here, and nothing goes to the server.
+    conversation.send(p.SessionUpdate({"tools": {"name": "get_weather"}}, event_id="evt_bad"))
+    bad = await error_of(conversation, seen)
+    assert (bad.code, bad.error["event_id"]) == ("invalid_tools", "evt_bad")
+    conversation.send(p.SessionUpdate({"tools": [{**WEATHER, "parameters": {"type": "array"}}]}))
+    assert (await error_of(conversation, seen)).code == "invalid_tools"
+    conversation.send(p.ResponseCreate(response={"tool_choice": "sometimes"}))
+    assert (await error_of(conversation, seen)).code == "invalid_tool_choice"
+    # Good ones go as vLLM-Omni carries them: tools and tool_choice in the session and the response.
+    nested = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+    conversation.send(p.SessionUpdate({"tools": [nested], "tool_choice": "auto", "instructions": "be brief"}))
+    conversation.send(p.ResponseCreate(response={"tool_choice": {"type": "function", "name": "get_weather"}}))
+    await until(lambda: len(session.received_of("response.create")) == 1, 10.0, "the response.create")
+    [opening, update] = session.received_of("session.update")
+    assert "tools" not in opening["session"]
+    assert update["session"] == {"tools": [WEATHER], "tool_choice": "auto", "instructions": "be brief"}
+    [create] = session.received_of("response.create")
+    assert create["response"] == {"tool_choice": {"type": "function", "name": "get_weather"}}
+    await conversation.close()
+
+
+async def test_a_model_that_cannot_call_tools_refuses_them_here(remote):
+    conversation, session = await remote(OMNI_CAPS)
+    assert not conversation.capabilities.supports_tools
+    seen: list[p.ServerEvent] = []
+    conversation.send(p.SessionUpdate({"tools": [WEATHER], "instructions": "x"}, event_id="evt_t"))
+    refused = await error_of(conversation, seen)
+    assert (refused.code, refused.error["event_id"]) == ("tools_unsupported", "evt_t")
+    conversation.send(p.SessionUpdate({"tools": []}))  # no tools is no request for them
+    await until(lambda: len(session.received_of("session.update")) == 2, 10.0, "the empty tools")
+    await conversation.close()
+    # The operator's word stands where the server says nothing.
+    told, _ = await remote(OMNI_CAPS, tools=True, replies_to_tool_output=False)
+    assert told.capabilities.supports_tools and not told.capabilities.replies_to_tool_output
+    await told.close()
+
+
+async def test_each_call_is_passed_on_once_and_at_most_the_bound_per_reply(remote):
+    conversation, session = await remote(RESUMABLE)
+    seen: list[p.ServerEvent] = []
+    extra = 3
+    calls = [f"call_{n}" for n in range(MAX_CALLS_PER_REPLY + extra)]
+    # One reply's calls (vLLM-Omni: one response each), then the first announced again.
+    for n, call_id in enumerate([*calls, calls[0]]):
+        for message in function_call_messages(f"resp_{n}", f"item_{n}", call_id):
+            await session.send(message)
+    await session.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": 0, "item_id": "u2"})
+    await events_until(conversation, lambda e: isinstance(e, p.SpeechStarted), seen)
+    announced = [e.call_id for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]
+    assert announced == calls[:MAX_CALLS_PER_REPLY]
+    # Whole responses or none: nothing of a refused or repeated call reaches the transport.
+    assert len([e for e in seen if isinstance(e, p.ResponseCreated)]) == MAX_CALLS_PER_REPLY
+    assert [type(e) for e in seen[:len(CALL_ORDER)]] == CALL_ORDER
+    # The model gets an error output for each call it was refused, and their echoes stay here.
+    await until(lambda: len(session.received_of("conversation.item.create")) == extra, 10.0, "the refusals")
+    refusals = session.received_of("conversation.item.create")
+    assert [m["item"]["call_id"] for m in refusals] == calls[MAX_CALLS_PER_REPLY:]
+    assert all(json.loads(m["item"]["output"])["error"]["code"] == "too_many_function_calls" for m in refusals)
+    for refusal in refusals:
+        await session.send({"type": "conversation.item.added", "item": {**refusal["item"], "status": "completed"}})
+    # The caller's next turn is a new reply: its calls pass again.
+    await session.send({"type": "input_audio_buffer.committed", "item_id": "u2", "previous_item_id": None})
+    for message in function_call_messages("resp_next", "item_next", "call_next"):
+        await session.send(message)
+    await events_until(conversation, lambda e: isinstance(e, p.ResponseDone) and e.response_id == "resp_next", seen)
+    assert not [e for e in seen if isinstance(e, p.ConversationItemAdded)
+                and e.item.get("type") == "function_call_output"]
+    await conversation.close()
+
+
+async def test_an_output_goes_as_given_and_its_refusals_come_back_with_the_transports_event(remote):
+    conversation, session = await remote(RESUMABLE)
+    seen: list[p.ServerEvent] = []
+    conversation.send(p.ConversationItemCreate({"type": "function_call_output", "call_id": "call_1",
+                                                "output": "sunny"}, event_id="evt_o1"))
+    conversation.send(p.ConversationItemCreate({"type": "function_call_output", "call_id": "call_x",
+                                                "output": "rain"}))
+    await until(lambda: len(session.received_of("conversation.item.create")) == 2, 10.0, "the outputs")
+    first, second = session.received_of("conversation.item.create")
+    assert first["event_id"] == "evt_o1" and first["item"]["output"] == "sunny"
+    assert first["item"]["type"] == "function_call_output" and first["item"]["id"]
+    # vLLM-Omni's refusal of the second; the transport named no event, so the error names none.
+    await session.send({"type": "error", "error": {
+        "type": "invalid_request_error", "code": "invalid_function_call_output", "param": "item.call_id",
+        "message": "function_call_output requires the call_id of a completed function call",
+        "event_id": second["event_id"]}})
+    refused = await error_of(conversation, seen)
+    assert refused.code == "invalid_function_call_output" and refused.error["event_id"] is None
+    await conversation.close()
+
+
+async def test_an_output_sent_again_after_a_resume_is_not_refused_to_the_transport():
+    """The socket drops after the server took an output but before the receipt behind it: the outbox
+    sends it again, the server refuses the copy as a second output, and the transport sees one output."""
+    session = FakeSession()
+
+    async def handler(ws, request):
+        session.ws = ws
+        first = await session.receive()
+        assert first is not None
+        if first["type"] == "session.update":
+            await session.send(session_created(caps=RESUMABLE, token="tok-1"))
+            for message in function_call_messages("resp_c1", "item_c1", "call_1"):
+                await session.send(message)
+            output = await session.until("conversation.item.create")
+            await session.send({"type": "conversation.item.added", "item": {**output["item"], "status": "completed"}})
+            drop_connection(ws, request)  # before the heartbeat written behind the output is read
+            return
+        await ws.send_str(json.dumps({"type": "session.resumed", "session_id": "duplex-1", "resume_token": "tok-2",
+                                      "attachment_generation": 2, "session": {"id": "duplex-1"}}))
+        copy = await session.until("conversation.item.create")
+        await session.send({"type": "error", "error": {
+            "type": "invalid_request_error", "code": "invalid_function_call_output", "param": "item.output",
+            "message": "function_call_output already exists for call_id call_1", "event_id": copy["event_id"]}})
+        while await session.receive(timeout=30) is not None:
+            pass
+
+    server = await FakeServer(handler).start()
+    backend = RemoteBackend(server.url, options=RemoteOptions(resume_backoff_s=0.05))
+    try:
+        conversation = await backend.open()
+        seen: list[p.ServerEvent] = []
+        await events_until(conversation, lambda e: isinstance(e, p.ResponseFunctionCallArgumentsDone), seen)
+        conversation.send(p.ConversationItemCreate({"type": "function_call_output", "call_id": "call_1",
+                                                    "output": "sunny"}, event_id="evt_o1"))
+        await until(lambda: conversation.resumes == 1, 10.0, "the resume")
+        await until(lambda: len(session.received_of("conversation.item.create")) == 2, 10.0, "the copy")
+        conversation.send(p.ConversationItemRetrieve(item_id="nope", event_id="evt_after"))
+        await events_until(conversation, lambda e: isinstance(e, p.ErrorEvent) and e.code == "item_not_found", seen)
+        assert [e.code for e in seen if isinstance(e, p.ErrorEvent)] == ["item_not_found"]
+        assert len([e for e in seen if isinstance(e, p.ConversationItemAdded)
+                    and e.item.get("type") == "function_call_output"]) == 1
+        assert len([e for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]) == 1
+        await conversation.close()
+    finally:
+        await backend.close()
+        await server.close()
