@@ -7,7 +7,9 @@ against the real server is ``tests/omni_peer/test_tools.py``.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +18,7 @@ from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.remote.events import ServerMessageReader
+from duplex_agent.agent.remote.failover import FailoverConversation
 from duplex_agent.agent.remote.session import parse_session_created
 from tests.remote.conversation_events import events_until
 from tests.support.waits import until
@@ -251,3 +254,117 @@ async def test_an_output_sent_again_after_a_resume_is_not_refused_to_the_transpo
     finally:
         await backend.close()
         await server.close()
+
+
+class Host:
+    """One backend host for a moving call: announces a call, may take an output, then dies (no resume)."""
+
+    def __init__(self, *, announce: bool, dies_after_output: bool) -> None:
+        self.announce = announce
+        self.dies_after_output = dies_after_output
+        self.session = FakeSession()
+        self.server = FakeServer(self._handle)
+        self.died = False
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def _handle(self, ws, request):
+        session = self.session
+        session.ws = ws
+        await session.until("session.update")
+        await session.send(session_created(caps={**RESUMABLE, "supports_session_resume": False}))
+        if self.announce:
+            for message in function_call_messages("resp_c1", "item_c1", "call_1"):
+                await session.send(message)
+        while (data := await session.receive(timeout=30)) is not None:
+            if data["type"] == "conversation.item.create":  # echoed as vLLM-Omni does
+                item = {**data["item"], "status": "completed"}
+                await session.send({"type": "conversation.item.added", "item": item})
+                await session.send({"type": "conversation.item.done", "item": item})
+                if self.dies_after_output and item.get("type") == "function_call_output":
+                    self.died = True
+                    drop_connection(ws, request)
+                    return
+
+    def kill(self) -> None:
+        assert self.session.ws is not None
+        self.died = True
+        asyncio.get_running_loop().create_task(self.session.ws.close())
+
+
+class Hosts:
+    """A ``Placement`` over hosts: each move takes the next one."""
+
+    def __init__(self, hosts: list[Host]) -> None:
+        self.hosts = hosts
+        self.backends: list[RemoteBackend] = []
+
+    async def place(self):
+        host = next(h for h in self.hosts if not h.died and all(b.url.human_repr() != h.url for b in self.backends))
+        backend = RemoteBackend(host.url, options=RemoteOptions())
+        self.backends.append(backend)
+        return SimpleNamespace(url=host.url), await backend.open()
+
+    def lost(self, member) -> None:
+        pass
+
+
+@pytest.fixture
+async def moving():
+    """moving(first, second) -> a FailoverConversation on ``first`` that moves to ``second``."""
+    made: list[Hosts] = []
+
+    async def start(*hosts: Host) -> FailoverConversation:
+        for host in hosts:
+            await host.server.start()
+        placement = Hosts(list(hosts))
+        made.append(placement)
+        member, conversation = await placement.place()
+        return FailoverConversation(placement, member, conversation, lost_grace_s=5.0)
+
+    yield start
+    for placement in made:
+        for backend in placement.backends:
+            await backend.close()
+        for host in placement.hosts:
+            await host.server.close()
+
+
+@pytest.mark.parametrize("output_before_the_move", [True, False])
+async def test_a_call_in_flight_moves_to_the_next_host_once(moving, output_before_the_move):
+    old = Host(announce=True, dies_after_output=output_before_the_move)
+    new = Host(announce=False, dies_after_output=False)
+    call = await moving(old, new)
+    seen: list[p.ServerEvent] = []
+    call.send(p.SessionUpdate({"tools": [WEATHER]}))
+    await events_until(call, lambda e: isinstance(e, p.ResponseFunctionCallArgumentsDone), seen)
+    output = p.ConversationItemCreate({"type": "function_call_output", "call_id": "call_1", "output": "sunny"})
+    if output_before_the_move:
+        call.send(output)
+        call.send(p.ResponseCreate())  # never answered: the host died with the output
+    else:
+        old.kill()
+    await until(lambda: call.moves == 1, 10.0, "the move")
+    if not output_before_the_move:
+        call.send(output)
+        call.send(p.ResponseCreate())
+    await until(lambda: len(new.session.received_of("response.create")) == 1, 10.0, "the response.create")
+    # The new host knows the call before its output, and gets each once.
+    items = [m["item"] for m in new.session.received_of("conversation.item.create")]
+    assert [(i["type"], i["call_id"]) for i in items] == [("function_call", "call_1"),
+                                                          ("function_call_output", "call_1")]
+    assert items[0]["name"] == "get_weather" and items[0]["arguments"] == '{"city":"Paris"}'
+    assert items[1]["output"] == "sunny"
+    assert new.session.received_of("session.update")[-1]["session"]["tools"] == [WEATHER]
+    call.send(p.ConversationItemRetrieve(item_id="nope", event_id="evt_after"))
+    await events_until(call, lambda e: isinstance(e, p.ErrorEvent) and e.code == "item_not_found", seen)
+    # The transport saw the call once, and no second echo of anything: the new host's of what was
+    # restated stay with the move.
+    assert len([e for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]) == 1
+    for kind in (p.ConversationItemAdded, p.ConversationItemDone):
+        echoed = [e.item["call_id"] for e in seen if isinstance(e, kind)]
+        assert sorted(echoed) == ["call_1", "call_1"]  # the call's, and its output's once
+    assert [e.code for e in seen if isinstance(e, p.ErrorEvent)] == ["item_not_found"]
+    await call.close()
