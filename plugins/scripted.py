@@ -2,7 +2,9 @@
 
 Turn mode has two stages: a *listener* that counts the units of a user turn and
 "recognises" them as ``heard N units``, and a *speaker* that says a reply word
-by word, one tone chunk per word, at a scripted pace. Continuous mode has one
+by word, one tone chunk per word, at a scripted pace, then makes the reply's
+scripted function calls. Answering function outputs (a continuation), the speaker
+says ``tool_reply`` with the newest output in it. Continuous mode has one
 stage that answers every loud unit with a tone unit and yields the floor after
 a few quiet ones. A ``Script`` sets the pace and injects failures; every unit
 a stage receives is logged with the loop time it arrived.
@@ -11,13 +13,15 @@ a stage receives is logged with the loop time it arrived.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from duplex_agent.plugins.contract import (
+    FUNCTION_CALL,
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -63,7 +67,20 @@ class Script:
     #: (loop time a unit arrived, units, the silence deadline it was due at or None)
     unit_log: list[tuple[float, int, float | None]] = field(default_factory=list)
     submits: int = 0
+    #: What the model keeps of the conversation: heard words, then function items as
+    #: ``function_call NAME ARGUMENTS`` and ``function_call_output OUTPUT``.
     context: list[str] = field(default_factory=list)
+    #: Function calls each turn's reply makes after its words: ``{"name", "arguments"}`` (a dict or
+    #: JSON text), with a ``call_id`` of its own if the test wants one.
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    #: The calls come after this many words of the reply (None: after all of them).
+    calls_after_words: int | None = None
+    #: What the speaker says answering function outputs; ``{output}`` is the newest output.
+    tool_reply: str = "the tool says {output}"
+    supports_tools: bool = True
+    replies_to_tool_output: bool = False
+    #: Each continuation's ``response_options`` (the ``response.create``'s own tools), as planned.
+    continuation_options: list[dict[str, object]] = field(default_factory=list)
 
 
 class ListenerStage(PythonStage):
@@ -107,9 +124,19 @@ class SpeakerStage(PythonStage):
         async for payload in request.inputs():
             if not isinstance(payload, dict):
                 continue
-            heard = str(payload.get("transcript", ""))
-            reply = self.script.reply if self.script.reply is not None else f"you said {heard}"
+            calls: list[dict[str, Any]] = []
+            if payload.get("continuation"):
+                outputs = payload.get("outputs") or [""]
+                reply = self.script.tool_reply.format(output=outputs[-1])
+            else:
+                heard = str(payload.get("transcript", ""))
+                reply = self.script.reply if self.script.reply is not None else f"you said {heard}"
+                calls = self.script.calls
             for said, word in enumerate(reply.split()):
+                if said == self.script.calls_after_words:
+                    for call in calls:
+                        yield _call_output(call)
+                    calls = []
                 if self.script.hold_after_words is not None and said >= self.script.hold_after_words:
                     await self.script.released.wait()
                 if self.script.fail_after_words is not None and spoken >= self.script.fail_after_words:
@@ -119,6 +146,13 @@ class SpeakerStage(PythonStage):
                 spoken += 1
                 metadata: dict[str, object] = {"lag_ms": self.script.lag_ms} if self.script.lag_ms else {}
                 yield StageYield({"audio": _tone(self.script.word_ms), "text": word}, metadata=metadata)
+            for call in calls:
+                yield _call_output(call)
+
+
+def _call_output(call: dict[str, Any]) -> StageYield:
+    return StageYield({FUNCTION_CALL: {"call_id": call.get("call_id", f"call_{uuid.uuid4().hex[:12]}"),
+                                       "name": call["name"], "arguments": call.get("arguments", {})}})
 
 
 def _tone(duration_ms: float) -> np.ndarray:
@@ -169,6 +203,30 @@ class ScriptedPlugin(DuplexModelPlugin):
     def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
         self.script.context.append(assistant_text)
 
+    def commit_model_function_item(self, *, session_id: str | None, item: Mapping[str, object]) -> None:
+        if item.get("type") == "function_call":
+            self.script.context.append(f"function_call {item.get('name')} {item.get('arguments')}")
+        else:
+            self.script.context.append(f"function_call_output {item.get('output')}")
+
+    def runtime_config_for_function_output(self, config: DuplexSessionConfig, current: Mapping[str, object],
+                                           item: Mapping[str, object]) -> dict[str, object] | None:
+        """The outputs so far ride in the runtime config to the next continuation (the newest few)."""
+        kept = current.get("function_outputs")
+        outputs = list(kept) if isinstance(kept, list) else []
+        return {**current, "function_outputs": [*outputs[-7:], item.get("output")]}
+
+    def plan_response_continuation(self, *, request_id: str, fence: DuplexFence, session_config: dict[str, object],
+                                   runtime_config: dict[str, object], turn_seq: int,
+                                   response_options: dict[str, object],
+                                   sampling_params: tuple[object, ...]) -> DuplexAppendPlan | None:
+        if self.script.input_mode != "turn":
+            return None
+        self.script.continuation_options.append(dict(response_options))
+        kept = runtime_config.get("function_outputs")
+        payload = {"continuation": True, "outputs": list(kept) if isinstance(kept, list) else []}
+        return DuplexAppendPlan(request_id, 1, fence, payload, True, resumable=False)
+
     def create_session_state(self) -> DuplexModelSessionState:
         return DefaultDuplexModelSessionState(audio_buffer=UnitPacketizer(unit_samples=self.script.unit_samples, sample_rate=RATE))
 
@@ -176,6 +234,7 @@ class ScriptedPlugin(DuplexModelPlugin):
         return DuplexCapabilities(
             plugin_id=self.plugin_id, input_sample_rate=RATE, unit_samples=self.script.unit_samples,
             output_sample_rate=RATE, max_sessions=max_sessions, input_mode=self.script.input_mode,
+            supports_tools=self.script.supports_tools, replies_to_tool_output=self.script.replies_to_tool_output,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:

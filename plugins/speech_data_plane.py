@@ -2,6 +2,7 @@
 
 A final-stage output ``{"audio": float32 samples, "text": str}`` becomes an audio delta
 (encoded by the runtime's encoder at ``sample_rate``, its text as a mark spanning the chunk) and a transcript delta.
+An output carrying a function call (``contract.FUNCTION_CALL``) becomes its ``function_call.done`` event.
 
 One data plane serves every session of a plugin, and sessions may live on different
 threads (LiveKit jobs): terminal requests are kept per session, under a lock.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from duplex_agent.plugins.contract import DuplexDataPlane, EncodeAudio
+from duplex_agent.plugins.contract import DuplexDataPlane, EncodeAudio, project_function_call
 from duplex_agent.plugins.contract.engine import StageOutput, request_session_id
 
 
@@ -63,13 +64,15 @@ class SpeechDataPlane(DuplexDataPlane):
         if result.finished:
             self.mark_terminal(result.request_id)
         output = result.output
+        calls = project_function_call(output)
         if not isinstance(output, dict) or "audio" not in output:
-            return []
+            return calls
         audio = output["audio"]
         rate = int(output.get("sample_rate", self._sample_rate))
         audio_ms = 1000.0 * len(audio) / rate
         text = str(output.get("text", ""))
         return [
+            *calls,
             {"type": "response.output_audio.delta", "delta": self._encode(audio, rate, "pcm16", None),
              "sample_rate": rate, "audio_ms": audio_ms,
              "marks": [{"text": text, "start_ms": 0.0, "end_ms": audio_ms}]},

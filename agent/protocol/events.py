@@ -18,11 +18,14 @@ import numpy as np
 class ProtocolError(ValueError):
     """Bad input from a client; becomes an ``error`` event with ``code``."""
 
-    def __init__(self, code: str, message: str, *, event_id: str | None = None, error_type: str = "invalid_request_error") -> None:
+    def __init__(self, code: str, message: str, *, event_id: str | None = None, error_type: str = "invalid_request_error",
+                 param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.event_id = event_id
         self.error_type = error_type
+        #: The field of the client's event that is wrong (``item.call_id``), where vLLM-Omni names one.
+        self.param = param
 
 
 @dataclass(slots=True)
@@ -373,6 +376,9 @@ class ResponseCreated(ServerEvent):
     type: ClassVar[str] = "response.created"
     response_id: str
     item_id: str
+    #: A model's function call when this response is that call alone (its ``function_call`` item);
+    #: None for a spoken response.
+    function_call: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -511,6 +517,8 @@ class ResponseDone(ServerEvent):
     #: Audio of this response sent to the client (the ledger's ``sent_ms``), not what was heard:
     #: what the caller heard arrives later as ``playback.ack`` (``played_ms``).
     audio_ms: float = 0.0
+    #: The model's function call (its ``function_call`` item) when this response is that call alone.
+    function_call: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -519,12 +527,16 @@ class ErrorEvent(ServerEvent):
     error: dict[str, Any]
 
     @classmethod
-    def of(cls, code: str, message: str, *, event_id: str | None = None, error_type: str = "invalid_request_error") -> ErrorEvent:
-        return cls({"type": error_type, "code": code, "message": message, "event_id": event_id})
+    def of(cls, code: str, message: str, *, event_id: str | None = None, error_type: str = "invalid_request_error",
+           param: str | None = None) -> ErrorEvent:
+        error: dict[str, Any] = {"type": error_type, "code": code, "message": message, "event_id": event_id}
+        if param:
+            error["param"] = param
+        return cls(error)
 
     @classmethod
     def from_exception(cls, exc: ProtocolError) -> ErrorEvent:
-        return cls.of(exc.code, str(exc), event_id=exc.event_id, error_type=exc.error_type)
+        return cls.of(exc.code, str(exc), event_id=exc.event_id, error_type=exc.error_type, param=exc.param)
 
     @property
     def code(self) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
@@ -55,11 +55,15 @@ def omni_error_code(code: str) -> str:
     return OMNI_ERROR_CODES.get(code, code)
 
 
-def omni_error(code: str, message: str, *, event_id: str | None = None) -> dict[str, Any]:
-    """An ``error`` event's ``error`` object: vLLM-Omni's code and class, the client's ``event_id``."""
+def omni_error(code: str, message: str, *, event_id: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """An ``error`` event's ``error`` object: vLLM-Omni's code and class, the client's ``event_id``,
+    and the field at fault where there is one (``param``)."""
     code = omni_error_code(code)
-    return {"type": OMNI_ERROR_TYPES.get(code, "invalid_request_error"), "code": code, "message": message,
-            "event_id": event_id}
+    error = {"type": OMNI_ERROR_TYPES.get(code, "invalid_request_error"), "code": code, "message": message,
+             "event_id": event_id}
+    if param:
+        error["param"] = param
+    return error
 
 
 #: vLLM-Omni's ``DuplexCapabilities.as_dict()`` defaults, for the facts we have no own value for.
@@ -180,6 +184,12 @@ class ServerWireEncoder:
         self._output_rate = 24000  # the latest audio delta's rate
 
     def encode(self, event: p.ServerEvent) -> dict[str, Any]:
+        if _is_call_response(event):
+            # A function call's response is announced whole: it moves neither the turn nor the reply in progress.
+            data = codec.encode_event(event, audio_format=self.output_format)
+            data["event_id"] = f"event_{uuid.uuid4().hex[:20]}"
+            self._call_response(event, data)
+            return data
         self.turn_state = _TURN_STATES.get(type(event), self.turn_state)
         if isinstance(event, p.ResponseCreated):
             self.last_response, self.response_active = event.response_id, True
@@ -210,9 +220,20 @@ class ServerWireEncoder:
     def _error(self, event: p.ErrorEvent, data: dict[str, Any]) -> None:
         error = event.error
         data["error"] = omni_error(str(error.get("code")), str(error.get("message", "")),
-                                   event_id=error.get("event_id"))
+                                   event_id=error.get("event_id"), param=error.get("param"))
+
+    def _call_response(self, event: p.ResponseCreated | p.ResponseDone, data: dict[str, Any]) -> None:
+        """vLLM-Omni's response for a function call (``_function_call_done_events``): the call is its only output,
+        and its ``status_details`` say completed from the start."""
+        assert event.function_call is not None
+        done = isinstance(event, p.ResponseDone)
+        data["response"] = {"id": event.response_id, "object": "realtime.response",
+                            "status": "completed" if done else "in_progress",
+                            "status_details": {"type": "completed", "reason": "completed"},
+                            "output": [dict(event.function_call)] if done else [], "metadata": {}}
 
     def _response(self, event: p.ResponseCreated | p.ResponseDone, data: dict[str, Any]) -> None:
+        data.pop("function_call", None)  # ours, and only for a call's response
         if isinstance(event, p.ResponseCreated):
             status, details, output = "in_progress", None, []
             metadata: dict[str, Any] = {"duplex_event": {"type": event.type, "session_id": self.session_id,
@@ -302,6 +323,10 @@ class ServerWireEncoder:
 
     def _echo(self, event: Any, data: dict[str, Any]) -> None:
         data["event"] = {k: v for k, v in data.items() if k not in ("event_id", "event")}
+
+
+def _is_call_response(event: p.ServerEvent) -> TypeGuard[p.ResponseCreated | p.ResponseDone]:
+    return isinstance(event, p.ResponseCreated | p.ResponseDone) and event.function_call is not None
 
 
 _SHAPES: dict[type[p.ServerEvent], Any] = {

@@ -75,7 +75,11 @@ def apply_session_update(current: DuplexSessionConfig, update: dict[str, Any], *
             raise ProtocolError("unknown_session_field", f"session.update: unknown field {key!r}")
         if not isinstance(value, expected) or isinstance(value, bool):
             raise ProtocolError("invalid_field", f"session.update: field {key!r} has the wrong type")
-        changes[key] = value if key != "extra_body" else {**changes.get("extra_body", current.extra_body), **value}
+        if key == "extra_body":
+            # On top of the tools this update put there, if any.
+            base: dict[str, object] = changes.get("extra_body", current.extra_body)
+            value = {**base, **update[key]}
+        changes[key] = value
 
     for key in ("input_audio_format", "output_audio_format"):
         if key in changes:
@@ -185,7 +189,9 @@ def _vad_settings_dict(detection: dict[str, Any]) -> dict[str, Any]:
 
 
 def session_config_dict(config: DuplexSessionConfig) -> dict[str, Any]:
-    return {
+    """The session as its events show it; ``tools`` and ``tool_choice`` only once set (vLLM-Omni's
+    ``as_public_dict`` shows them from its ``extra_body`` the same way)."""
+    shown: dict[str, Any] = {
         "instructions": config.instructions,
         "voice": config.voice,
         "modalities": list(config.modalities),
@@ -195,3 +201,7 @@ def session_config_dict(config: DuplexSessionConfig) -> dict[str, Any]:
         "turn_detection": config.turn_detection,
         "overlap_policy": config.overlap_policy,
     }
+    for field, key in (("tools", TOOLS_KEY), ("tool_choice", TOOL_CHOICE_KEY)):
+        if config.extra_body.get(key) is not None:
+            shown[field] = config.extra_body[key]
+    return shown

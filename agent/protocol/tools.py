@@ -13,13 +13,23 @@ import json
 from typing import Any
 
 from duplex_agent.agent.protocol.events import ProtocolError
+from duplex_agent.plugins.contract.tools import (
+    REALTIME_RESPONSE_TOOL_CHOICE,
+    REALTIME_RESPONSE_TOOLS,
+    REALTIME_TOOL_CHOICE,
+    REALTIME_TOOLS,
+)
 
-#: Where ``session.update``'s fields live in ``extra_body`` (vLLM-Omni's keys).
-TOOLS_KEY = "realtime_tools"
-TOOL_CHOICE_KEY = "realtime_tool_choice"
+#: Where ``session.update``'s fields live in ``extra_body`` (vLLM-Omni's keys; the contract names them).
+TOOLS_KEY = REALTIME_TOOLS
+TOOL_CHOICE_KEY = REALTIME_TOOL_CHOICE
+#: Where one ``response.create``'s own ``tools`` / ``tool_choice`` go (vLLM-Omni's response options).
+RESPONSE_TOOLS_KEY = REALTIME_RESPONSE_TOOLS
+RESPONSE_TOOL_CHOICE_KEY = REALTIME_RESPONSE_TOOL_CHOICE
 #: Tools one session may declare: more would not fit a speech model's prompt anyway.
 MAX_TOOLS = 64
-#: Function calls one reply may make; the rest are refused with an error output.
+#: Function calls one reply may make; the runner announces no more (a runaway model would
+#: otherwise flood the client with calls it has to run).
 MAX_CALLS_PER_REPLY = 8
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -66,6 +76,19 @@ def check_tool_choice(value: Any, *, event_id: str | None = None) -> str | dict[
                         "{'type': 'function', 'name': ...}", event_id=event_id)
 
 
+def response_tool_options(response: Any, *, event_id: str | None = None) -> dict[str, Any]:
+    """A ``response.create``'s ``response`` object -> its checked tool options under vLLM-Omni's
+    response keys (empty when it names none); raises ``invalid_tools`` / ``invalid_tool_choice``."""
+    if not isinstance(response, dict):
+        return {}
+    options: dict[str, Any] = {}
+    if response.get("tools") is not None:
+        options[RESPONSE_TOOLS_KEY] = check_tools(response["tools"], event_id=event_id)
+    if response.get("tool_choice") is not None:
+        options[RESPONSE_TOOL_CHOICE_KEY] = check_tool_choice(response["tool_choice"], event_id=event_id)
+    return options
+
+
 def session_tools(extra_body: dict[str, Any]) -> list[dict[str, Any]]:
     """The session's tools (checked when they came in), or none."""
     tools = extra_body.get(TOOLS_KEY)
@@ -77,6 +100,21 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, *,
     """A model's call as the wire's events carry it (vLLM-Omni's ``function_call`` realtime item)."""
     return {"id": item_id, "object": "realtime.item", "type": "function_call", "status": status,
             "name": name, "call_id": call_id, "arguments": arguments}
+
+
+def announced_item(item: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """A client's item as the conversation keeps and announces it: vLLM-Omni fills in what the client
+    left out (``normalize_conversation_item``: id, object, type, status, an empty content list)."""
+    normalized = dict(item)
+    normalized["id"] = item_id
+    normalized.setdefault("object", "realtime.item")
+    normalized.setdefault("type", "message")
+    normalized.setdefault("status", "completed")
+    if "role" not in normalized and normalized["type"] == "message":
+        normalized["role"] = "user"
+    if not isinstance(normalized.get("content"), list):
+        normalized["content"] = []
+    return normalized
 
 
 def function_call_output_item(call_id: str, output: str, *, item_id: str | None = None) -> dict[str, Any]:

@@ -93,5 +93,6 @@ class SessionCore:
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
-    def error(self, code: str, message: str, event_id: str | None, *, error_type: str = "invalid_request_error") -> None:
-        self.emit(p.ErrorEvent.of(code, message, event_id=event_id, error_type=error_type))
+    def error(self, code: str, message: str, event_id: str | None, *, error_type: str = "invalid_request_error",
+              param: str | None = None) -> None:
+        self.emit(p.ErrorEvent.of(code, message, event_id=event_id, error_type=error_type, param=param))

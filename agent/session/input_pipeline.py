@@ -17,6 +17,7 @@ from duplex_agent.agent.models.vad import VAD_RATE, SharedScores, SileroVadModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.session_config import session_config_dict
+from duplex_agent.agent.protocol.tools import response_tool_options
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.responses import ResponseManager
 from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
@@ -360,11 +361,22 @@ class InputPipeline:
             self._core.emit(p.SpeechStopped(self._client_audio_ms, item_id))
 
     def response_create(self, command: p.ResponseCreate) -> None:
-        if not self._responses.pending_turns:
+        """Answer the oldest committed turn, else the function outputs the model has not answered
+        (a continuation); with neither, there is nothing to answer."""
+        core, responses = self._core, self._responses
+        options = response_tool_options(command.response, event_id=command.event_id)
+        if options and not core.capabilities.supports_tools:
+            raise p.ProtocolError("tools_unsupported", f"the model {core.capabilities.plugin_id!r} cannot call tools",
+                                  event_id=command.event_id)
+        if responses.pending_turns:
+            core.state.deferred_response_create = False
+            responses.give_next_turn_options(options)
+        elif responses.unanswered_outputs or responses.continuation is not None:
+            responses.request_continuation(options, command.event_id)
+        else:
             raise p.ProtocolError("no_committed_input", "commit input audio before response.create",
                                   event_id=command.event_id)
-        self._core.state.deferred_response_create = False
-        self._responses.start_next_turn()
+        responses.start_next_turn()
 
 
 class TurnAudio:

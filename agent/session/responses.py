@@ -4,7 +4,13 @@ the conversation history, and the cancel sequence.
 A response opens for the oldest committed turn once the one before it is done.
 Cancelling advances the epoch and aborts the old epoch's requests. Playback
 acknowledgements and truncations cut an assistant item to what was heard, and
-at each turn boundary the model keeps only those words.
+at each turn boundary the model keeps only those words, and the function calls
+and outputs between them, in order.
+
+A response may also answer from the context alone (a *continuation*: the model's
+answer to function outputs). It waits for the floor like a turn, and while the
+caller speaks; a turn's reply that opens first answers the outputs too, and the
+continuation is dropped.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.session_config import session_config_dict
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.ledger import ResponseLedger
-from duplex_agent.plugins.contract import DuplexFence
+from duplex_agent.plugins.contract import DuplexAppendPlan, DuplexFence
 
 log = logging.getLogger("duplex_agent.runner")
 
@@ -26,10 +33,13 @@ log = logging.getLogger("duplex_agent.runner")
 @dataclass(slots=True)
 class HistoryItem:
     item_id: str
+    #: user, assistant or system; a function item's type (``function_call``, ``function_call_output``).
     role: str
     text: str = ""
     ledger: ResponseLedger | None = None
     committed_to_model: bool = False
+    #: A function item as the conversation announced it (None for a message).
+    function: dict[str, Any] | None = None
 
     @property
     def heard_text(self) -> str:
@@ -48,6 +58,31 @@ class ActiveResponse:
     audio_done: bool = False
     #: The conversation item before this response's own (its user turn, usually).
     previous_item_id: str | None = None
+    #: It answers from the context alone (function outputs), not a user turn.
+    continuation: bool = False
+    #: Its ``response.create``'s own options (tools, tool choice), under vLLM-Omni's response keys.
+    options: dict[str, Any] = field(default_factory=dict)
+    #: Function calls the model made in this reply, announced or not (the reply's bound counts them all).
+    calls_made: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A response asked for that answers from the context alone, waiting for the floor."""
+
+    #: The ``response.create``'s own options (none when the model answers by itself).
+    options: dict[str, Any]
+    #: The ``response.create`` that asked for it (errors name it).
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationDue:
+    """Mailbox command: a continuation's response is open; submit its plan and read its outputs."""
+
+    response: ActiveResponse
+    plan: DuplexAppendPlan
+    event_id: None = None
 
 
 #: Turns whose user item a late transcript can still find.
@@ -83,6 +118,12 @@ class ResponseManager:
         self._user_items_by_turn: dict[int, str] = {}
         #: The client plays the audio itself (the realtime websocket): see ``response_cancel``.
         self.client_plays_out = False
+        #: Function outputs accepted since a response last opened: something the model has not answered.
+        self.unanswered_outputs = 0
+        #: A continuation asked for and not yet opened.
+        self.continuation: Continuation | None = None
+        #: Options a ``response.create`` gave the reply of a turn that waits for the floor: turn -> options.
+        self._turn_options: dict[int, dict[str, Any]] = {}
 
     # ---- turns ----
 
@@ -105,20 +146,77 @@ class ResponseManager:
     def queue_turn(self, turn_id: int, item_id: str, request_id: str) -> None:
         self.pending_turns.append((turn_id, item_id, request_id))
 
+    def give_next_turn_options(self, options: dict[str, Any]) -> None:
+        """A ``response.create``'s own options, for the reply of the oldest waiting turn."""
+        if options and self.pending_turns:
+            self._turn_options[self.pending_turns[0][0]] = options
+
+    def request_continuation(self, options: dict[str, Any], event_id: str | None) -> None:
+        """Ask for a response that answers from the context alone; it opens when the floor is free.
+        A second request before it opens replaces the first's options."""
+        self.continuation = Continuation(options, event_id)
+
     def start_next_turn(self) -> None:
-        """Open the response of the oldest waiting turn, unless a response is running."""
-        if self.active is not None or not self.pending_turns:
+        """Open the response of the oldest waiting turn, else a continuation asked for, unless a
+        response is running."""
+        if self.active is not None:
+            return
+        if not self.pending_turns:
+            # While the caller speaks the answer waits: their turn's reply will answer the outputs too.
+            if self.continuation is not None and not self._core.state.speech_since_commit:
+                self._open_continuation()
             return
         turn_id, item_id, request_id = self.pending_turns.popleft()
+        # This reply has the function outputs so far in its context: it answers them too.
+        self.continuation = None
+        self.unanswered_outputs = 0
         self.commit_model_context()
         self._core.turn_id = turn_id
-        response = self.open(turn_id)
+        response = self.open(turn_id, options=self._turn_options.pop(turn_id, None))
         response.request_ids.add(request_id)
         self._user_items_by_turn[turn_id] = item_id
         while len(self._user_items_by_turn) > _TURNS_REMEMBERED:
             del self._user_items_by_turn[next(iter(self._user_items_by_turn))]
         assert self.watch is not None
         self.watch(request_id, 0, response)
+
+    def _open_continuation(self) -> None:
+        """Open the continuation's response and hand its plan to the mailbox (the submit awaits)."""
+        continuation, self.continuation = self.continuation, None
+        assert continuation is not None
+        self.unanswered_outputs = 0
+        self.commit_model_context()
+        core = self._core
+        request_id = f"{core.session_id}-t{core.turn_id}-cont-{core.next_serial()}"
+        try:
+            plan = core.plugin.plan_response_continuation(
+                request_id=request_id,
+                fence=core.fence,
+                session_config=session_config_dict(core.config),
+                runtime_config=dict(core.runtime_config),
+                turn_seq=core.turn_id,
+                response_options=dict(continuation.options),
+                sampling_params=core.sampling,
+            )
+        except Exception as exc:
+            log.exception("session %s: planning a continuation failed", core.session_id)
+            core.error("plugin_error", f"the model plugin failed to continue: {type(exc).__name__}: {exc}",
+                       continuation.event_id, error_type="server_error")
+            return
+        if plan is None:
+            core.error("response_continuation_unsupported",
+                       f"the model {core.capabilities.plugin_id!r} cannot answer without new input",
+                       continuation.event_id)
+            return
+        response = self.open(core.turn_id, options=continuation.options, continuation=True)
+        response.request_ids.add(plan.request_id)
+        core.post(ContinuationDue(response, plan))
+
+    def remember(self, item: HistoryItem) -> str | None:
+        """Add an item to history; returns the item before it, if any."""
+        previous = self.history[-1].item_id if self.history else None
+        self._remember(item)
+        return previous
 
     def _remember(self, item: HistoryItem) -> None:
         """Add to history, dropping the oldest items the model already has in its context."""
@@ -137,11 +235,11 @@ class ResponseManager:
         self._core.emit(p.InputTranscriptionCompleted(item_id or self._core.new_id("item"), transcript))
 
     def withdraw_unanswered_turn(self) -> bool:
-        """When the running response has said nothing yet and no turn waits behind its own: takes
+        """When the running response has said nothing yet (nor called a function) and no turn waits behind its own: takes
         that turn's user item out of history (the caller is still saying it; its words come with
         the next turn) and returns True."""
         response = self.active
-        if response is None or response.spoke or self.pending_turns:
+        if response is None or response.spoke or response.calls_made or response.continuation or self.pending_turns:
             return False
         item_id = self._user_items_by_turn.pop(response.turn_id, None)
         item = next((i for i in self.history if i.item_id == item_id and i.role == "user"), None)
@@ -153,12 +251,13 @@ class ResponseManager:
 
     # ---- one response ----
 
-    def open(self, turn_id: int) -> ActiveResponse:
+    def open(self, turn_id: int, *, options: dict[str, Any] | None = None, continuation: bool = False) -> ActiveResponse:
         core = self._core
         response_id = core.new_id("resp")
         item_id = core.new_id("item")
         ledger = ResponseLedger(response_id, item_id)
-        response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger)
+        response = ActiveResponse(response_id, item_id, turn_id, core.fence, ledger, continuation=continuation,
+                                  options=dict(options or {}))
         self.active = response
         self.last = response
         response.previous_item_id = self.history[-1].item_id if self.history else None
@@ -333,14 +432,25 @@ class ResponseManager:
         return item
 
     def _item_object(self, item: HistoryItem) -> dict[str, object]:
+        if item.function is not None:
+            return dict(item.function)
         part = {"type": "output_audio", "transcript": item.heard_text} if item.ledger is not None \
             else {"type": "input_text", "text": item.text}
         return realtime_item(item.item_id, item.role, "completed", [part])
 
     def commit_model_context(self) -> None:
-        """At a turn boundary, the model keeps only the assistant words the caller heard."""
+        """At a turn boundary, the model keeps only the assistant words the caller heard, and the
+        function calls and outputs among them, in conversation order."""
         speaking = self.active.ledger if self.active else None
+        plugin, session_id = self._core.plugin, self._core.session_id
         for item in self.history:
-            if item.role == "assistant" and not item.committed_to_model and item.ledger is not speaking:
+            if item.ledger is not None and item.ledger is speaking:
+                break  # what follows came after words still being said
+            if item.committed_to_model:
+                continue
+            if item.function is not None:
                 item.committed_to_model = True
-                self._core.plugin.commit_model_context(session_id=self._core.session_id, assistant_text=item.heard_text)
+                plugin.commit_model_function_item(session_id=session_id, item=dict(item.function))
+            elif item.role == "assistant":
+                item.committed_to_model = True
+                plugin.commit_model_context(session_id=session_id, assistant_text=item.heard_text)

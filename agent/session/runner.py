@@ -9,7 +9,8 @@ dropped.
 
 The work is split by role: ``input_pipeline`` (caller audio to the model),
 ``responses`` (turns, history, cancel), ``stage_router`` (stage outputs to the
-client and downstream); this file is the lifecycle and the mailbox.
+client and downstream), ``function_calls`` (the model's calls and the client's
+outputs); this file is the lifecycle and the mailbox.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.session_config import apply_session_update, session_config_dict
 from duplex_agent.agent.protocol.tools import session_tools
 from duplex_agent.agent.session.core import SessionCore
+from duplex_agent.agent.session.function_calls import FUNCTION_ITEM_TYPES, FunctionCalls
 from duplex_agent.agent.session.input_pipeline import AppendFailed, InputPipeline
 from duplex_agent.agent.session.limits import SessionLimits
 from duplex_agent.agent.session.outbox import EventOutbox
 from duplex_agent.agent.session.ports import Conversation
-from duplex_agent.agent.session.responses import ActiveResponse, HistoryItem, ResponseManager
+from duplex_agent.agent.session.responses import ActiveResponse, ContinuationDue, HistoryItem, ResponseManager
 from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
 from duplex_agent.agent.session.stage_router import StageOutputArrived, StageRouter, StageStreamEnded
 from duplex_agent.plugins.contract import (
@@ -109,7 +111,8 @@ class DuplexSessionRunner(Conversation):
             enabled=core.continuous,
         )
         self._responses = ResponseManager(core)
-        self._router = StageRouter(core, self._responses)
+        self._calls = FunctionCalls(core, self._responses)
+        self._router = StageRouter(core, self._responses, self._calls)
         self._responses.watch = self._router.watch
         self._input = InputPipeline(core, self._responses, self._router, self._silence, vad_model=vad_model)
 
@@ -251,7 +254,7 @@ class DuplexSessionRunner(Conversation):
                 try:
                     await self._handle(command)
                 except p.ProtocolError as exc:
-                    self._core.error(exc.code, str(exc), exc.event_id or command.event_id)
+                    self._core.error(exc.code, str(exc), exc.event_id or command.event_id, param=exc.param)
                 except DuplexRuntimeConfigError as exc:
                     self._core.error(exc.code, str(exc), command.event_id)
                 except AppendFailed as exc:
@@ -304,7 +307,10 @@ class DuplexSessionRunner(Conversation):
             self._input.clear()
             self._emit(p.InputAudioBufferCleared())
         elif isinstance(command, p.ConversationItemCreate):
-            self._responses.item_create(command)
+            if command.item.get("type") in FUNCTION_ITEM_TYPES:
+                self._calls.item_create(command)
+            else:
+                self._responses.item_create(command)
         elif isinstance(command, p.ConversationItemRetrieve):
             self._responses.item_retrieve(command)
         elif isinstance(command, p.ConversationItemDelete):
@@ -323,6 +329,8 @@ class DuplexSessionRunner(Conversation):
             await self._router.route(command)
         elif isinstance(command, StageStreamEnded):
             await self._router.end(command)
+        elif isinstance(command, ContinuationDue):
+            await self._router.continue_response(command)
         elif isinstance(command, SilenceTick):
             await self._input.continue_with_silence(command)
         elif isinstance(command, _TaskFailed):

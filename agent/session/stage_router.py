@@ -5,7 +5,9 @@ Each watched stage request has a reader task that only posts what arrives
 the mailbox task routes it. An output of an older epoch is dropped. A current
 one goes through the plugin's decision (listen, speak, finish), to the client
 through the data plane when it is the final stage's (or the plugin projects
-it), and on to the next stage's request.
+it), and on to the next stage's request. A function call the data plane projects
+is announced as a response of its own (``function_calls``), with or without a
+response speaking.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ from typing import Any
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.session.core import SessionCore
+from duplex_agent.agent.session.function_calls import FunctionCalls
 from duplex_agent.agent.session.ledger import TextMark
-from duplex_agent.agent.session.responses import ActiveResponse, ResponseManager
-from duplex_agent.plugins.contract import DuplexAppendPlan, DuplexFence, PartialStageForward
+from duplex_agent.agent.session.responses import ActiveResponse, ContinuationDue, ResponseManager
+from duplex_agent.plugins.contract import (
+    FUNCTION_CALL,
+    FUNCTION_CALL_DONE,
+    DuplexAppendPlan,
+    DuplexFence,
+    PartialStageForward,
+)
 from duplex_agent.plugins.contract.engine import EngineSubmitError, StageOutput
 
 log = logging.getLogger("duplex_agent.runner")
@@ -58,16 +67,31 @@ class StageStreamEnded:
 
 
 class StageRouter:
-    def __init__(self, core: SessionCore, responses: ResponseManager) -> None:
+    def __init__(self, core: SessionCore, responses: ResponseManager, calls: FunctionCalls) -> None:
         self._core = core
         self._responses = responses
+        self._calls = calls
         self.dropped_stale_outputs = 0
 
     def watch(self, request_id: str, stage_id: int, response: ActiveResponse | None) -> None:
         core = self._core
         stream = StageStream(request_id, stage_id, core.fence, core.turn_id, response)
+        if response is not None and response.options:
+            stream.req_state["response_options"] = dict(response.options)
         core.plugin.data_plane.begin_request(request_id)
         core.spawn(self._read(stream))
+
+    async def continue_response(self, due: ContinuationDue) -> None:
+        """Mailbox: a continuation's response is open: submit its plan, then read what it says."""
+        response, plan = due.response, due.plan
+        if response is not self._responses.active:  # cancelled before its plan went in
+            return
+        try:
+            await self._core.engine.submit(plan)
+        except EngineSubmitError as exc:
+            await self._responses.fail(response, "stage_failed", str(exc))
+            return
+        self.watch(plan.request_id, plan.stage_id, response)
 
     async def _read(self, stream: StageStream) -> None:
         """The reader task: posts each output, then the end; it changes nothing itself."""
@@ -146,7 +170,9 @@ class StageRouter:
             core.emit(p.ResponseSpeak(response.response_id))
         projects = out.stage_id == final_stage or plugin.projects_intermediate_outputs or \
             plugin.project_intermediate_output(stage_id=out.stage_id, output=out.output, context=None)
-        if projects and response is not None and response is responses.active:
+        # A call needs no response speaking: it is a response of its own.
+        calls = response is None and isinstance(out.output, dict) and FUNCTION_CALL in out.output
+        if projects and (response is responses.active if response is not None else calls):
             self._project(response, out)
         if out.stage_id < final_stage and response is not None:
             await self._forward(stream, out)
@@ -156,13 +182,13 @@ class StageRouter:
         ):
             responses.finish(response, "completed")
 
-    def _project(self, response: ActiveResponse, out: StageOutput) -> None:
+    def _project(self, response: ActiveResponse | None, out: StageOutput) -> None:
         core = self._core
         context = core.plugin.data_plane_context(
             epoch=core.epoch,
             turn_id=core.turn_id,
-            active_response_turn_id=response.turn_id,
-            active_response_id=response.response_id,
+            active_response_turn_id=response.turn_id if response else None,
+            active_response_id=response.response_id if response else None,
             auto_responds=core.auto_responds,
             response_format=core.config.output_audio_format,
             speed=None,
@@ -172,6 +198,11 @@ class StageRouter:
         items: Iterable[dict[str, Any]] = core.plugin.data_plane.project(out, context=context)
         for item in items:
             kind = item.get("type")
+            if kind == FUNCTION_CALL_DONE:
+                self._calls.announce(item, response)
+                continue
+            if response is None:
+                continue
             if kind == "response.output_audio.delta":
                 if item["delta"] is None:
                     continue

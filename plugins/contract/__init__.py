@@ -9,11 +9,18 @@ The session runner in ``agent/`` drives it; a plugin never sees a transport.
 
 The contract is split by role: ``types`` (values and errors), ``buffers`` (append
 buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
-``loading``, and ``options`` (a plugin's own flags); everything is importable from this package.
+``loading``, ``options`` (a plugin's own flags) and ``tools`` (where a session's tools
+reach a plugin); everything is importable from this package.
 """
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
-from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudio
+from duplex_agent.plugins.contract.data_plane import (
+    FUNCTION_CALL,
+    FUNCTION_CALL_DONE,
+    DuplexDataPlane,
+    EncodeAudio,
+    project_function_call,
+)
 from duplex_agent.plugins.contract.loading import (
     PluginNotFoundError,
     duplex_plugin_type,
@@ -23,6 +30,13 @@ from duplex_agent.plugins.contract.loading import (
 from duplex_agent.plugins.contract.options import option
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin, PartialStageForward
 from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState, DuplexModelSessionState
+from duplex_agent.plugins.contract.tools import (
+    REALTIME_RESPONSE_TOOL_CHOICE,
+    REALTIME_RESPONSE_TOOLS,
+    REALTIME_TOOL_CHOICE,
+    REALTIME_TOOLS,
+    tools_in_effect,
+)
 from duplex_agent.plugins.contract.types import (
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -38,6 +52,12 @@ from duplex_agent.plugins.contract.types import (
 )
 
 __all__ = [
+    "FUNCTION_CALL",
+    "FUNCTION_CALL_DONE",
+    "REALTIME_RESPONSE_TOOLS",
+    "REALTIME_RESPONSE_TOOL_CHOICE",
+    "REALTIME_TOOLS",
+    "REALTIME_TOOL_CHOICE",
     "DefaultDuplexModelSessionState",
     "DuplexAppendPlan",
     "DuplexCapabilities",
@@ -59,7 +79,9 @@ __all__ = [
     "load_duplex_plugin",
     "option",
     "payload_turn_id",
+    "project_function_call",
     "reject_changed_runtime_value",
     "reject_private_runtime_keys",
+    "tools_in_effect",
     "validate_duplex_plugin_sampling",
 ]

@@ -133,7 +133,11 @@ class DuplexModelPlugin(ABC):
         Lets a model start speaking after its first sentence; by default a stage's
         output goes downstream only when the stage finishes. ``orchestrator`` is the
         session's stage router, which submits what this returns; ``replica_id`` is the
-        stage's replica, always 0 here (one replica per stage).
+        stage's replica, always 0 here (one replica per stage). ``req_state`` is the
+        request's scratch dict: the runner sets ``finished`` (this output ends the stage)
+        and, for a response whose ``response.create`` gave options of its own (its
+        ``tools``, ``tool_choice``), ``response_options`` (under vLLM-Omni's
+        ``realtime_response_*`` keys).
         """
         del orchestrator, stage_id, replica_id, output, req_state
         return None
@@ -228,6 +232,36 @@ class DuplexModelPlugin(ABC):
         return None
 
     # ---- ours, beyond the upstream contract ----
+
+    def commit_model_function_item(self, *, session_id: str | None, item: Mapping[str, object]) -> None:
+        """Keep a ``function_call`` or ``function_call_output`` item in the model's own context.
+
+        Called at a turn boundary with ``commit_model_context``, each item in conversation
+        order: the words the caller heard, the calls the client was told of (their
+        announced ``call_id``), the outputs the client sent. No-op by default.
+        """
+        del session_id, item
+
+    def plan_response_continuation(
+        self,
+        *,
+        request_id: str,
+        fence: DuplexFence,
+        session_config: dict[str, object],
+        runtime_config: dict[str, object],
+        turn_seq: int,
+        response_options: dict[str, object],
+        sampling_params: tuple[object, ...],
+    ) -> DuplexAppendPlan | None:
+        """What to submit for a response that answers from the context alone, with no new input
+        (the model's answer to function outputs): one plan, which opens ``request_id`` on the
+        stage the plugin names; the runner reads its outputs as the response's, and, as with
+        an append, a stage's outputs go on to the next. ``response_options`` are that
+        ``response.create``'s own (``realtime_response_tools`` ...); ``sampling_params`` has
+        one entry per stage. None: this model cannot continue (the client gets an error).
+        """
+        del request_id, fence, session_config, runtime_config, turn_seq, response_options, sampling_params
+        return None
 
     def build_local_engine(self) -> DuplexEngine:
         """The engine that runs this model's stages in this process.

@@ -4,6 +4,11 @@ Stage 0 recognises a user turn (Whisper tiny.en), stage 1 writes the reply
 (echo, or any OpenAI-compatible chat endpoint), stage 2 speaks it (Piper).
 Speech starts after the reply's first clause: stage 1's text is split into
 clauses and forwarded to stage 2 while stage 1 is still writing.
+
+With the OpenAI-compatible responder the model calls the session's tools: stage 1's
+function calls go to the client (projected from stage 1; they have nothing to say),
+the calls and outputs come back into the responder's history at turn boundaries,
+and the answer to the outputs (a continuation) starts at stage 1, from that history.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from urllib.parse import urlsplit
 
 from duplex_agent.agent.models.model_errors import ModelStartError
 from duplex_agent.plugins.contract import (
+    FUNCTION_CALL,
+    REALTIME_TOOL_CHOICE,
+    REALTIME_TOOLS,
     DefaultDuplexModelSessionState,
     DuplexAppendPlan,
     DuplexCapabilities,
@@ -29,6 +37,7 @@ from duplex_agent.plugins.contract import (
     PrivateRuntimeKeyError,
     option,
     reject_private_runtime_keys,
+    tools_in_effect,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
 from duplex_agent.plugins.reference.responders import (
@@ -142,6 +151,8 @@ class ReferencePlugin(DuplexModelPlugin):
     def prepare_prompt_config(self, config: dict[str, object], *, state: DuplexModelSessionState,
                               payload: dict[str, object]) -> dict[str, object]:
         payload["instructions"] = config.get("instructions", "")
+        payload["tools"] = config.get("tools", [])
+        payload["tool_choice"] = config.get("tool_choice", "auto")
         return config
 
     def plan_append(self, *, request_id: str, fence: DuplexFence, session_config: dict[str, object],
@@ -167,10 +178,19 @@ class ReferencePlugin(DuplexModelPlugin):
             return text or None
         return None
 
+    def project_intermediate_output(self, *, stage_id: int, output: object, context: object) -> bool:
+        """Stage 1's function calls go to the client from stage 1 (stage 2 has no words for them)."""
+        return stage_id == RESPOND and isinstance(output, dict) and FUNCTION_CALL in output
+
     def plan_partial_stage_output(self, orchestrator: object, stage_id: int, replica_id: int, output: object,
                                   req_state: object) -> PartialStageForward | None:
-        """Stage 1's text goes to stage 2 clause by clause; stage 0's transcript goes whole."""
-        if stage_id != RESPOND or not isinstance(req_state, dict):
+        """Stage 1's text goes to stage 2 clause by clause; stage 0's transcript goes whole, with
+        the response's own tools when its ``response.create`` gave some."""
+        if not isinstance(req_state, dict):
+            return None
+        if stage_id == RECOGNIZE:
+            return self._with_response_tools(output, req_state)
+        if stage_id != RESPOND:
             return None
         splitter: ClauseSplitter = req_state.setdefault("clauses", ClauseSplitter())
         delta = str(output.get("text", "")) if isinstance(output, dict) else ""
@@ -185,12 +205,51 @@ class ReferencePlugin(DuplexModelPlugin):
             return None
         return PartialStageForward(output={"text": " ".join(clauses)}, is_final_update=finished)
 
+    @staticmethod
+    def _with_response_tools(output: object, req_state: dict[str, Any]) -> PartialStageForward | None:
+        options = req_state.get("response_options")
+        if not req_state.get("finished") or not isinstance(options, dict) or not isinstance(output, dict):
+            return None
+        tools, choice = tools_in_effect({REALTIME_TOOLS: output.get("tools"),
+                                         REALTIME_TOOL_CHOICE: output.get("tool_choice")}, options)
+        return PartialStageForward(output={**output, "tools": tools, "tool_choice": choice}, is_final_update=True)
+
     def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
         if session_id is not None and assistant_text:
             context = self.context(session_id)
             context.history.append({"role": "assistant", "content": assistant_text})
             # Keep only what the responder will see.
             context.history[:] = recent_turns(context.history, self.responder_max_turns)
+
+    def commit_model_function_item(self, *, session_id: str | None, item: Mapping[str, object]) -> None:
+        """A call joins the assistant message it follows (the chat API's ``tool_calls``); an output
+        is a ``tool`` message."""
+        if session_id is None:
+            return
+        history = self.context(session_id).history
+        if item.get("type") == "function_call":
+            call = {"id": str(item.get("call_id")), "type": "function",
+                    "function": {"name": str(item.get("name")), "arguments": str(item.get("arguments") or "{}")}}
+            if history and history[-1].get("role") == "assistant":
+                history[-1] = {**history[-1], "tool_calls": [*(history[-1].get("tool_calls") or []), call]}
+            else:
+                history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif item.get("type") == "function_call_output":
+            history.append({"role": "tool", "tool_call_id": str(item.get("call_id")),
+                            "content": str(item.get("output"))})
+        history[:] = recent_turns(history, self.responder_max_turns)
+
+    def plan_response_continuation(self, *, request_id: str, fence: DuplexFence, session_config: dict[str, object],
+                                   runtime_config: dict[str, object], turn_seq: int,
+                                   response_options: dict[str, object],
+                                   sampling_params: tuple[object, ...]) -> DuplexAppendPlan | None:
+        """Stage 1 answers from the history (where the outputs are by now), with the response's tools."""
+        tools, choice = tools_in_effect({REALTIME_TOOLS: runtime_config.get("tools"),
+                                         REALTIME_TOOL_CHOICE: runtime_config.get("tool_choice")}, response_options)
+        payload = {"continuation": True, "instructions": runtime_config.get("instructions", ""), "tools": tools,
+                   "tool_choice": choice}
+        return DuplexAppendPlan(request_id, RESPOND, fence, payload, True, resumable=False,
+                                sampling_params=sampling_params[RESPOND] if len(sampling_params) > RESPOND else None)
 
     # ---- session policy ----
 
@@ -201,6 +260,8 @@ class ReferencePlugin(DuplexModelPlugin):
         return DuplexCapabilities(
             plugin_id=self.plugin_id, input_sample_rate=ASR_RATE, unit_samples=UNIT_SAMPLES,
             output_sample_rate=SYNTHESIS_RATE, max_sessions=max_sessions, input_mode="turn",
+            # The chat endpoint calls tools; answering their outputs needs the caller's response.create.
+            supports_tools=self.responder_name == "openai", replies_to_tool_output=False,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:
@@ -208,10 +269,11 @@ class ReferencePlugin(DuplexModelPlugin):
                                     message="extra_body sets server-owned keys: ", error_cls=PrivateRuntimeKeyError)
 
     async def prepare_runtime_config(self, config: DuplexSessionConfig, *, model_config: object | None) -> dict[str, object]:
-        return {"instructions": config.instructions}
+        return self.runtime_config_for_update(config, {})
 
     def runtime_config_for_update(self, config: DuplexSessionConfig, current: Mapping[str, object]) -> dict[str, object]:
-        return {**current, "instructions": config.instructions}
+        tools, choice = tools_in_effect(config.extra_body)
+        return {**current, "instructions": config.instructions, "tools": tools, "tool_choice": choice}
 
     def data_plane_context(self, **kwargs: object) -> object:
         return kwargs

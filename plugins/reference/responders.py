@@ -3,6 +3,10 @@
 A responder sees a bounded context: the last ``max_turns`` turns of the history
 (a turn is a user message and what followed it), never the whole call.
 
+With tools, a reply may be function calls as well as words: a responder yields text
+deltas (``str``) and whole calls (``ToolCall``). The history then holds the chat API's
+shapes: assistant messages with ``tool_calls``, and ``tool`` messages with the outputs.
+
 An endpoint's failure is told twice (``ResponderError``): to the caller in one plain
 sentence naming the endpoint's address, and to the operator's log with the reason in
 words; neither carries the key or a repr of the HTTP client's internals.
@@ -11,9 +15,11 @@ words; neither carries the key or a repr of the HTTP client's internals.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,17 +27,66 @@ import aiohttp
 
 from duplex_agent.plugins.contract.engine import StageFailure
 
+log = logging.getLogger("duplex_agent.reference")
+
 #: Earlier turns a responder sees by default (settings: ``responder_max_turns``).
 DEFAULT_MAX_TURNS = 8
+#: What a model is told of a call whose output has not come back (yet) when it next answers.
+NO_OUTPUT_YET = json.dumps({"error": {"code": "no_output_yet", "message": "the tool has not answered yet"}})
+
+Message = dict[str, Any]
 
 
-def recent_turns(history: list[dict[str, str]], max_turns: int) -> list[dict[str, str]]:
-    """The user/assistant messages of the last ``max_turns`` turns of ``history``."""
-    messages = [turn for turn in history if turn.get("role") in ("user", "assistant")]
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call of a reply, whole: ``arguments`` is the JSON text the model wrote."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+def recent_turns(history: list[Message], max_turns: int) -> list[Message]:
+    """The user, assistant and tool messages of the last ``max_turns`` turns of ``history``
+    (a tool message without a ``tool_call_id`` answers nothing and is left out)."""
+    messages = [turn for turn in history if turn.get("role") in ("user", "assistant")
+                or (turn.get("role") == "tool" and turn.get("tool_call_id"))]
     if max_turns <= 0:
         return []
     starts = [i for i, turn in enumerate(messages) if turn["role"] == "user"]
     return messages[starts[-max_turns]:] if len(starts) > max_turns else messages
+
+
+def paired_tool_messages(messages: list[Message]) -> list[Message]:
+    """``messages`` in the order the chat API wants: each assistant message with ``tool_calls``
+    followed at once by one ``tool`` message per call (an output that came after later turns is
+    moved up; a call with none yet gets ``NO_OUTPUT_YET``); a tool message for no call in view is
+    left out."""
+    outputs = {m["tool_call_id"]: m for m in messages if m.get("role") == "tool"}
+    paired: list[Message] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            continue
+        paired.append(message)
+        for call in message.get("tool_calls") or ():
+            paired.append(outputs.get(call["id"]) or {"role": "tool", "tool_call_id": call["id"],
+                                                       "content": NO_OUTPUT_YET})
+    return paired
+
+
+def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Session tools (the realtime wire's flat definitions) in the chat API's nested shape."""
+    return [{"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
+                                              "parameters": tool.get("parameters", {"type": "object",
+                                                                                    "properties": {}})}}
+            for tool in tools]
+
+
+def chat_tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
+    """A realtime ``tool_choice`` in the chat API's shape (a named function nests under ``function``)."""
+    if isinstance(choice, Mapping):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
 
 
 class ResponderError(StageFailure):
@@ -43,8 +98,11 @@ class ResponderError(StageFailure):
 
 class Responder(Protocol):
     # Implemented as `async def ... yield`; calling it returns the iterator directly.
-    def respond(self, history: list[dict[str, str]], user_text: str) -> AsyncIterator[str]:
-        """Yield reply text deltas for user_text, given earlier user/assistant turns."""
+    def respond(self, history: list[Message], user_text: str | None, *, tools: Sequence[Mapping[str, Any]] = (),
+                tool_choice: str | Mapping[str, Any] = "auto") -> AsyncIterator[str | ToolCall]:
+        """Yield reply text deltas and function calls for ``user_text``, given the earlier
+        messages; ``user_text`` None answers from the history alone (after function outputs).
+        ``tools`` are the realtime wire's flat definitions."""
         ...
 
 
@@ -52,9 +110,13 @@ class EchoResponder:
     """Deterministic, offline: replies "You said: <user_text>." in word-sized deltas.
 
     Trailing . ! ? of user_text are dropped so that the reply ends with exactly one ".".
+    It calls no tools and has nothing to say without new words.
     """
 
-    async def respond(self, history: list[dict[str, str]], user_text: str) -> AsyncIterator[str]:
+    async def respond(self, history: list[Message], user_text: str | None, *, tools: Sequence[Mapping[str, Any]] = (),
+                      tool_choice: str | Mapping[str, Any] = "auto") -> AsyncIterator[str | ToolCall]:
+        if user_text is None:
+            return
         text = user_text.strip().rstrip(".!?").rstrip()
         if not text:
             return
@@ -137,11 +199,12 @@ class OpenAIResponder:
         self.system_prompt = system_prompt
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
 
-    def _messages(self, history: list[dict[str, str]], user_text: str) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        messages += [{"role": turn["role"], "content": turn["content"]}
-                     for turn in recent_turns(history, self.max_turns)]
-        messages.append({"role": "user", "content": user_text})
+    def _messages(self, history: list[Message], user_text: str | None) -> list[Message]:
+        messages: list[Message] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        turns = recent_turns(history, self.max_turns)
+        if user_text is not None:
+            turns.append({"role": "user", "content": user_text})
+        messages += paired_tool_messages([_chat_message(turn) for turn in turns])
         return messages
 
     def _headers(self, accept: str) -> dict[str, str]:
@@ -186,8 +249,13 @@ class OpenAIResponder:
             return f"refused this worker's key (HTTP {status}; see --openai-api-key)"
         return None
 
-    async def respond(self, history: list[dict[str, str]], user_text: str) -> AsyncIterator[str]:
-        body = {"model": self.model, "messages": self._messages(history, user_text), "stream": True}
+    async def respond(self, history: list[Message], user_text: str | None, *, tools: Sequence[Mapping[str, Any]] = (),
+                      tool_choice: str | Mapping[str, Any] = "auto") -> AsyncIterator[str | ToolCall]:
+        body: dict[str, Any] = {"model": self.model, "messages": self._messages(history, user_text), "stream": True}
+        if tools:
+            body["tools"] = chat_tools(tools)
+            body["tool_choice"] = chat_tool_choice(tool_choice)
+        calls = _ToolCallPieces()
         # A session per reply keeps the responder free of any one event loop.
         async with aiohttp.ClientSession(timeout=self.timeout) as session:
             try:
@@ -201,9 +269,10 @@ class OpenAIResponder:
                 async for data in _sse_data(response):
                     if data == "[DONE]":
                         break
-                    delta = self._delta_text(data)
-                    if delta:
-                        yield delta
+                    delta = self._delta(data)
+                    calls.add(delta.get("tool_calls"))
+                    if text := delta.get("content"):
+                        yield str(text)
                 finished = True
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 raise self._error("stopped answering in the middle of a reply",
@@ -215,8 +284,11 @@ class OpenAIResponder:
                     response.release()
                 else:
                     response.close()
+        # A call is whole only once the stream ends (its arguments come in pieces until then).
+        for call in calls.whole():
+            yield call
 
-    def _delta_text(self, data: str) -> str:
+    def _delta(self, data: str) -> dict[str, Any]:
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError:
@@ -229,8 +301,58 @@ class OpenAIResponder:
             said = error.get("message", error) if isinstance(error, dict) else error
             raise self._error("reported an error", f"an error in the stream: {self._words(str(said))}")
         choices = chunk.get("choices") or [{}]
-        delta = choices[0].get("delta") or {}
-        return delta.get("content") or ""
+        delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+        return delta if isinstance(delta, dict) else {}
+
+
+def _chat_message(turn: Message) -> Message:
+    """One history message as the chat API takes it (only the fields it knows)."""
+    message: Message = {"role": turn["role"], "content": turn.get("content")}
+    if turn.get("tool_calls"):
+        message["tool_calls"] = turn["tool_calls"]
+    if turn["role"] == "tool":
+        message["tool_call_id"] = turn["tool_call_id"]
+    return message
+
+
+class _ToolCallPieces:
+    """A streamed reply's ``tool_calls`` deltas, put together: each call's id and name come once,
+    its arguments in pieces, all under the call's ``index``."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def add(self, deltas: object) -> None:
+        if not isinstance(deltas, list):
+            return
+        for piece in deltas:
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index")
+            if not isinstance(index, int):
+                # A server that leaves the index out: a new id is a new call, else the latest goes on.
+                fresh = piece.get("id") and all(c["id"] != piece["id"] for c in self._calls.values())
+                index = len(self._calls) if fresh or not self._calls else max(self._calls)
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            if isinstance(piece.get("id"), str) and not call["id"]:
+                call["id"] = piece["id"]
+            given = piece.get("function")
+            function: dict[str, Any] = given if isinstance(given, dict) else {}
+            if isinstance(function.get("name"), str) and not call["name"]:
+                call["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["arguments"] += function["arguments"]
+
+    def whole(self) -> list[ToolCall]:
+        calls = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            if not call["name"]:
+                log.warning("the language model streamed a tool call with no name; it is dropped")
+                continue
+            # An id the runner will replace if it is missing or taken.
+            calls.append(ToolCall(call["id"], call["name"], call["arguments"] or "{}"))
+        return calls
 
 
 async def _sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[str]:

@@ -11,27 +11,32 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from duplex_agent.plugins.contract import FUNCTION_CALL
 from duplex_agent.plugins.contract.engine import request_session_id
 from duplex_agent.plugins.engines.inprocess import PythonStage, StageRequest, StageYield
 from duplex_agent.plugins.reference.asr import WhisperRecognizer
-from duplex_agent.plugins.reference.responders import Responder
+from duplex_agent.plugins.reference.responders import Message, Responder, ToolCall
 from duplex_agent.plugins.reference.speculation import SpeculativeTranscript
 from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
 log = logging.getLogger("duplex_agent.reference")
 
 ASR_RATE = 16000
+#: What an append's payload tells the responder, carried through the recogniser with the transcript.
+PROMPT_KEYS = ("instructions", "tools", "tool_choice")
 
 
 @dataclass(slots=True)
 class ConversationContext:
-    """What the responder remembers of one session: only words the caller heard."""
+    """What the responder remembers of one session: only words the caller heard, and the
+    function calls and outputs among them (chat messages)."""
 
     instructions: str = ""
-    history: list[dict[str, str]] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
 
 
 class RecognizerStage(PythonStage):
@@ -46,20 +51,21 @@ class RecognizerStage(PythonStage):
 
     async def run(self, request: StageRequest) -> AsyncIterator[StageYield]:
         transcript = SpeculativeTranscript(lambda audio: request.offload(self._recognizer.transcribe, audio), ASR_RATE)
-        instructions = ""
+        prompt: dict[str, Any] = {"instructions": ""}
         async for payload in request.inputs():
             assert isinstance(payload, dict)
-            instructions = str(payload.get("instructions", instructions))
+            prompt.update((key, payload[key]) for key in PROMPT_KEYS if key in payload)
             transcript.add(np.frombuffer(payload["audio"], dtype="<f4"))
         started = time.monotonic()
         text = await transcript.text()
         waited_ms = 1000.0 * (time.monotonic() - started)
-        yield StageYield({"transcript": text, "instructions": instructions}, finished=True,
+        yield StageYield({"transcript": text, **prompt}, finished=True,
                          metadata={"asr_wait_ms": waited_ms, "transcriptions": transcript.transcriptions})
 
 
 class ResponderStage(PythonStage):
-    """Stage 1: the reply's text, streamed, from the responder and the heard history."""
+    """Stage 1: the reply's text, streamed, and its function calls, from the responder and the
+    heard history. A ``continuation`` payload answers from the history alone."""
 
     def __init__(self, responder: Responder, contexts: Callable[[str], ConversationContext]) -> None:
         self._responder = responder
@@ -70,11 +76,19 @@ class ResponderStage(PythonStage):
         async for payload in request.inputs():
             if not isinstance(payload, dict):
                 continue
-            user_text = str(payload.get("transcript", ""))
             history = list(context.history)
-            context.history.append({"role": "user", "content": user_text})
-            async for delta in self._responder.respond(history, user_text):
-                yield StageYield({"text": delta})
+            user_text: str | None = None
+            if not payload.get("continuation"):
+                user_text = str(payload.get("transcript", ""))
+                context.history.append({"role": "user", "content": user_text})
+            tools = payload.get("tools") or []
+            async for piece in self._responder.respond(history, user_text, tools=tools,
+                                                       tool_choice=payload.get("tool_choice") or "auto"):
+                if isinstance(piece, ToolCall):
+                    yield StageYield({FUNCTION_CALL: {"call_id": piece.call_id, "name": piece.name,
+                                                      "arguments": piece.arguments}})
+                else:
+                    yield StageYield({"text": piece})
 
 
 class SynthesizerStage(PythonStage):

@@ -51,6 +51,14 @@ SHAPES: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "conversation.item.deleted": (("item_id", str),),
     "conversation.item.retrieved": (("item.id", str),),
     "output_audio_buffer.cleared": (),
+    "response.output_item.added": (("response_id", str), ("output_index", int), ("item.id", str), ("item.type", str)),
+    "response.output_item.done": (("response_id", str), ("output_index", int), ("item.id", str), ("item.type", str)),
+    "response.function_call_arguments.delta": (("response_id", str), ("item_id", str), ("output_index", int),
+                                               ("call_id", str), ("delta", str)),
+    "response.function_call_arguments.done": (("response_id", str), ("item_id", str), ("output_index", int),
+                                              ("call_id", str), ("arguments", str)),
+    "conversation.item.added": (("item.id", str),),
+    "conversation.item.done": (("item.id", str),),
     "error": (("error.type", str), ("error.code", str), ("error.message", str)),
 }
 ERROR_TYPES = ("invalid_request_error", "server_error", "rate_limit_error")

@@ -1,9 +1,14 @@
 """A real local OpenAI-compatible chat endpoint for tests: an aiohttp server on a loopback port whose
-``POST /v1/chat/completions`` is the test's handler (streamed replies, errors, whatever it needs)."""
+``POST /v1/chat/completions`` is the test's handler (streamed replies, errors, whatever it needs).
+
+``tool_calling_reply`` stands in for a chat model that calls tools (no OpenAI-compatible server
+that runs a real model can be installed here: llama-cpp-python ships only as a source build).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -51,3 +56,79 @@ async def start_server(handler: Handler, *, models: Handler | None = None) -> tu
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{port}/v1"
+
+
+def tool_call_chunks(index: int, call_id: str, name: str, arguments: str, *, piece: int = 4) -> list[dict]:
+    """Stream chunks that make one tool call as OpenAI streams it: the id and name first, then the
+    arguments ``piece`` characters at a time, each under the call's ``index``."""
+    def delta(call: dict) -> dict:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, **call}]}}]}
+
+    chunks = [delta({"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}})]
+    chunks += [delta({"function": {"arguments": arguments[at:at + piece]}}) for at in range(0, len(arguments), piece)]
+    return chunks
+
+
+def weather_cities(text: str) -> list[str]:
+    """The places a question asks the weather of ("... weather in Paris and Rome?" -> Paris, Rome)."""
+    found = re.search(r"\bin\s+(.+?)[\s?.!]*$", text, re.IGNORECASE)
+    if found is None:
+        return ["Paris"]
+    places = re.split(r",\s*|\s+and\s+", found.group(1))
+    return [place.strip(" ?.!").title() for place in places if place.strip(" ?.!")] or ["Paris"]
+
+
+def tool_calling_reply(seen: list[dict] | None = None) -> Handler:
+    """A chat model that calls tools when it is given them, as a real one would, by rule:
+
+    - a ``tool`` message last: a text answer that carries the tool outputs ("The tool says: ...");
+    - ``tool_choice`` naming a function, or ``required``: a call of that function (else the first tool);
+    - a question about the weather with a ``get_weather`` tool (and ``tool_choice`` not ``none``):
+      one ``get_weather`` call per place asked of, ``{"city": ...}``, arguments in pieces;
+    - anything else: a text answer saying what it heard.
+
+    Each request's JSON body goes to ``seen``.
+    """
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if seen is not None:
+            seen.append(body)
+        messages = body.get("messages") or []
+        tools = {t["function"]["name"]: t for t in body.get("tools") or []}
+        choice = body.get("tool_choice", "auto") if tools else "none"
+        last = messages[-1] if messages else {}
+        question = str(last.get("content") or "")
+        calls: list[tuple[str, dict]] = []
+        if last.get("role") == "tool":
+            outputs = []
+            for message in reversed(messages):
+                if message.get("role") != "tool":
+                    break
+                outputs.insert(0, str(message.get("content")))
+            chunks = [chunk(piece) for piece in _pieces("The tool says: " + "; ".join(outputs) + ".")]
+        elif isinstance(choice, dict) or choice == "required":
+            name = choice["function"]["name"] if isinstance(choice, dict) else next(iter(tools))
+            calls = [(name, {"city": city} if name == "get_weather" else {}) for city in weather_cities(question)[:1]]
+        elif choice != "none" and "get_weather" in tools and "weather" in question.lower():
+            calls = [("get_weather", {"city": city}) for city in weather_cities(question)]
+        if calls:
+            chunks = [c for index, (name, arguments) in enumerate(calls)
+                      for c in tool_call_chunks(index, f"call_stub{len(seen or ())}_{index}", name,
+                                                json.dumps(arguments))]
+            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+        elif last.get("role") != "tool":
+            chunks = [chunk(piece) for piece in _pieces(f"I heard: {question}")]
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in chunks:
+            await response.write(sse(piece))
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    return handler
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in word-sized stream deltas."""
+    return re.findall(r"\s*\S+", text)
