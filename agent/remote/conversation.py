@@ -267,8 +267,8 @@ class RemoteConversation(Conversation):
         if late or response_id in self._responses.ended_here:
             self.dropped_late_deltas += isinstance(event, p.ResponseAudioDelta)
             return
-        if isinstance(event, p.ResponseCreated):
-            self._responses.created(event)
+        if isinstance(event, p.ResponseCreated) and event.function_call is None:
+            self._responses.created(event)  # a call's response is no reply: acks and cancels still mean the spoken one
         elif isinstance(event, p.ResponseAudioDelta):
             self._responses.speaking = event.response_id
             self._self_acks.heard(event)

@@ -10,8 +10,8 @@ content-part and rate-limit bookkeeping).
 
 A function call is a response of its own (see ``function_calls``); vLLM-Omni names no item in
 its ``response.created``, so a ``response.created`` without one waits for the next message: when
-that is the ``conversation.item.added`` of a call, the call's item is the response's item, and
-both come out of one ``read``.
+that is the ``conversation.item.added`` of a call, the call's item is the response's item (and its
+``function_call``, as on ``response.done``), and both come out of one ``read``.
 
 vLLM-Omni's text marks count transcript characters (``text_chars``) while the
 words themselves come in the transcript delta that follows each audio delta;
@@ -77,7 +77,7 @@ class ServerMessageReader:
             created, self._held_created = self._held_created, None
             call = data.get("item") if kind == "conversation.item.added" else None
             if isinstance(call, dict) and call.get("type") == "function_call" and isinstance(call.get("id"), str):
-                created.item_id = call["id"]
+                created.item_id, created.function_call = call["id"], dict(call)
             released.append(created)
         if self._held is not None:
             (delta, marks), self._held = self._held, None
@@ -172,6 +172,10 @@ class ServerMessageReader:
         details = response.get("status_details")
         if "reason" not in data and isinstance(details, dict) and isinstance(details.get("reason"), str):
             data["reason"] = details["reason"]
+        output = response.get("output")
+        first = output[0] if isinstance(output, list) and output else None
+        if "function_call" not in data and isinstance(first, dict) and first.get("type") == "function_call":
+            data["function_call"] = first  # the response is that call alone
         meta = _object(response, "metadata")
         playback = meta.get("playback")
         if "audio_ms" not in data and isinstance(playback, dict) and isinstance(playback.get("sent_ms"), int | float):

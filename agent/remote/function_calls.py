@@ -4,9 +4,9 @@ each transport output recognised when a resume sends it again.
 vLLM-Omni announces a model's call as a response of its own: ``response.created``,
 ``conversation.item.added`` (the ``function_call`` item), ``response.output_item.added``, the
 arguments' ``delta`` and ``done``, ``response.output_item.done``, ``conversation.item.done``,
-``response.done``. ``ServerMessageReader`` hands a ``response.created`` over together with the
-message after it, so ``screen`` sees at once whether a response is a call, and passes the whole
-call on to the transport, or none of it:
+``response.done``. ``ServerMessageReader`` names the call on its ``response.created``
+(``function_call``), so ``screen`` knows at once whether a response is a call, and passes the
+whole call on to the transport, or none of it:
 
 - a ``call_id`` announced before (a replay, a server that says it twice) is not announced again;
 - beyond ``MAX_CALLS_PER_REPLY`` calls in one reply (until the caller's next turn or the model's
@@ -69,10 +69,9 @@ class FunctionCalls:
     def screen(self, events: list[p.ServerEvent]) -> list[p.ServerEvent]:
         """``events`` (what one server message completed) without the calls the transport must not see."""
         passed: list[p.ServerEvent] = []
-        for index, event in enumerate(events):
+        for event in events:
             if isinstance(event, p.ResponseCreated):
-                after = events[index + 1] if index + 1 < len(events) else None
-                call = function_item(after.item) if isinstance(after, p.ConversationItemAdded) else None
+                call = function_item(event.function_call)
                 if call is None:
                     self._in_reply = 0  # the model speaks: its next calls are another reply's
                 elif not self._admit(event.response_id, call):

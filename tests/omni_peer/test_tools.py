@@ -100,7 +100,8 @@ async def test_a_call_arrives_in_order_and_its_output_is_answered(peer, remote):
     mine = [e for e in seen if getattr(e, "response_id", None) == call.response_id
             or isinstance(e, p.ConversationItemAdded | p.ConversationItemDone) and e.item.get("id") == call.item_id]
     assert [type(e) for e in mine] == CALL_ORDER
-    assert mine[0] == p.ResponseCreated(call.response_id, call.item_id)
+    assert mine[0] == p.ResponseCreated(call.response_id, call.item_id, function_call=mine[1].item)
+    assert isinstance(mine[-1], p.ResponseDone) and mine[-1].function_call == mine[1].item
     spoken = [e for e in seen if isinstance(e, p.ResponseTranscriptDone)]
     assert [e.transcript for e in spoken] == ["reply 1 checking"]
 

@@ -12,15 +12,22 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from aiohttp.test_utils import TestServer
 
+from duplex_agent.agent.app.server import build_app
+from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.failover import FailoverConversation
 from duplex_agent.agent.remote.session import parse_session_created
+from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.remote.conversation_events import events_until
+from tests.support.audio import tone
 from tests.support.waits import until
 
 from .fake_server import (
@@ -50,12 +57,13 @@ def test_a_vllm_omni_call_becomes_our_events_in_its_order_with_the_calls_item():
     events = read_all(reader, function_call_messages("resp_c1", "item_c1", "call_1"))
     assert [type(e) for e in events] == CALL_ORDER
     created, added, _, delta, done, _, item_done, finished = events
-    assert created == p.ResponseCreated("resp_c1", "item_c1")  # the call's item, not a reply's
     assert isinstance(added, p.ConversationItemAdded) and added.item["call_id"] == "call_1"
+    # The call's item, not a reply's: the response is that call alone.
+    assert created == p.ResponseCreated("resp_c1", "item_c1", function_call=added.item)
     assert isinstance(delta, p.ResponseFunctionCallArgumentsDelta) and delta.delta == '{"city":"Paris"}'
     assert done == p.ResponseFunctionCallArgumentsDone("resp_c1", "item_c1", "call_1", '{"city":"Paris"}')
     assert isinstance(item_done, p.ConversationItemDone) and item_done.item["name"] == "get_weather"
-    assert finished == p.ResponseDone("resp_c1", "completed", "completed")
+    assert finished == p.ResponseDone("resp_c1", "completed", "completed", function_call=added.item)
     # A spoken reply's response.created keeps its own item; its message items stay unseen as before.
     spoken = read_all(reader, [
         {"type": "response.created", "response_id": "r2", "response": {"id": "r2", "output": []}},
@@ -368,3 +376,52 @@ async def test_a_call_in_flight_moves_to_the_next_host_once(moving, output_befor
         assert sorted(echoed) == ["call_1", "call_1"]  # the call's, and its output's once
     assert [e.code for e in seen if isinstance(e, p.ErrorEvent)] == ["item_not_found"]
     await call.close()
+
+
+async def test_our_own_server_through_the_remote_backend(our_endpoint):
+    """Our endpoint with the scripted model (its runner's tools): the call, the output, the answer."""
+    script = Script(reply="let me check", calls=[{"name": "get_weather", "arguments": '{"city": "Paris"}'}],
+                    tool_reply="it is {output}")
+    backend = RemoteBackend(await our_endpoint(script))
+    conversation = await backend.open()
+    try:
+        assert conversation.capabilities.supports_tools and not conversation.capabilities.replies_to_tool_output
+        seen: list[p.ServerEvent] = []
+        conversation.send(p.SessionUpdate({"turn_detection": None, "tools": [WEATHER]}))
+        conversation.send(p.InputAudioBufferAppend(tone(300)))
+        conversation.send(p.InputAudioBufferCommit())
+        call = await events_until(conversation, lambda e: isinstance(e, p.ResponseFunctionCallArgumentsDone), seen)
+        assert isinstance(call, p.ResponseFunctionCallArgumentsDone) and call.arguments == '{"city": "Paris"}'
+        await events_until(conversation, lambda e: isinstance(e, p.ResponseDone) and e.function_call is None, seen)
+        mine = [e for e in seen if getattr(e, "response_id", None) == call.response_id]
+        assert [type(e) for e in mine] == [t for t in CALL_ORDER if t not in (p.ConversationItemAdded,
+                                                                              p.ConversationItemDone)]
+        assert isinstance(mine[0], p.ResponseCreated) and mine[0].function_call is not None
+        conversation.send(p.ConversationItemCreate({"type": "function_call_output", "call_id": call.call_id,
+                                                    "output": "sunny"}))
+        conversation.send(p.ResponseCreate())
+        answer = await events_until(conversation, lambda e: isinstance(e, p.ResponseTranscriptDone), seen)
+        assert isinstance(answer, p.ResponseTranscriptDone) and answer.transcript.split()[-3:] == ["it", "is", "sunny"]
+        assert not [e for e in seen if isinstance(e, p.ErrorEvent)]
+        assert len([e for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]) == 1
+    finally:
+        await conversation.close()
+        await backend.close()
+
+
+@pytest.fixture
+async def our_endpoint():
+    """our_endpoint(script) -> the realtime URL of our own app serving the scripted model."""
+    cleanups: list = []
+
+    async def start(script: Script) -> str:
+        plugin = ScriptedPlugin(as_float32_audio, script)
+        local = LocalBackend(plugin, plugin.build_local_engine())
+        server = TestServer(build_app(local, Settings(), with_webrtc=False), host="127.0.0.1")
+        await server.start_server()
+        cleanups.extend([local.close, server.close])
+        return str(server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1)
+
+    yield start
+    for cleanup in reversed(cleanups):
+        await cleanup()
