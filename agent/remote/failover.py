@@ -160,9 +160,9 @@ class HeardHistory:
 
     def client_event(self, event: p.ClientEvent) -> None:
         if isinstance(event, p.ConversationItemCreate) and is_output(event):
-            item = dict(event.item)
-            item_id = str(item.setdefault("id", f"item_output_{uuid.uuid4().hex[:12]}"))
-            self._add(item_id, _Item("function_call_output", wire=item))
+            output = dict(event.item)
+            item_id = str(output.setdefault("id", f"item_output_{uuid.uuid4().hex[:12]}"))
+            self._add(item_id, _Item("function_call_output", wire=output))
         if isinstance(event, p.PlaybackAck):
             item = self._items.get(event.item_id or "") or self._reply(event.response_id or "")
             if item is not None:

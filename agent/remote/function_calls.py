@@ -50,7 +50,7 @@ class FunctionCalls:
     ``send`` queues a message of this side's own for the server (the error outputs of refused calls).
     """
 
-    def __init__(self, answers: ExpectedAnswers, send: Callable[[dict[str, Any]], None], *,
+    def __init__(self, answers: ExpectedAnswers, send: Callable[[dict[str, Any]], object], *,
                  max_per_reply: int = MAX_CALLS_PER_REPLY) -> None:
         self._answers = answers
         self._send = send
