@@ -14,8 +14,10 @@ from types import SimpleNamespace
 import pytest
 from aiohttp.test_utils import TestServer
 
+from duplex_agent.agent.app.bootstrap import build_backend
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.models.model_errors import ModelStartError
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
@@ -425,3 +427,14 @@ async def our_endpoint():
     yield start
     for cleanup in reversed(cleanups):
         await cleanup()
+
+
+def test_the_operator_says_whether_the_backends_call_tools():
+    told = build_backend(Settings(backend="ws://127.0.0.1:9/v1/realtime?duplex=1", backend_tools="yes",
+                                  backend_replies_to_tool_output="no"))
+    assert isinstance(told, RemoteBackend)
+    assert (told.options.tools, told.options.replies_to_tool_output) == (True, False)
+    unsaid = build_backend(Settings(backend="ws://127.0.0.1:9/v1/realtime?duplex=1"))
+    assert isinstance(unsaid, RemoteBackend) and unsaid.options.tools is None
+    with pytest.raises(ModelStartError, match="--backend-tools"):
+        build_backend(Settings(backend="ws://127.0.0.1:9/v1/realtime?duplex=1", backend_tools="maybe"))
