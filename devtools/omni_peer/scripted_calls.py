@@ -32,6 +32,9 @@ CALL_CLOSE = "</tool_call>"
 TOOLS_KEY = "scripted_tools"
 TOOL_CHOICE_KEY = "scripted_tool_choice"
 OUTPUTS_KEY = "scripted_tool_outputs"
+CALLS_KEY = "scripted_calls_per_reply"
+#: The session ``metadata`` key that sets the calls per reply for one session (else ``--calls-per-reply``).
+CALLS_METADATA = "scripted_calls_per_reply"
 _CALL_TURN = re.compile(r"^call_t(\d+)_")
 _BY_TYPE: dict[str, Any] = {"string": "scripted", "integer": 1, "number": 1, "boolean": True, "array": [],
                             "object": {}}

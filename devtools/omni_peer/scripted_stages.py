@@ -131,7 +131,7 @@ class ScriptedEngineClient:
         answers = scripted_calls.outputs_for_turn(index, outputs) or scripted_calls.outputs_for_turn(index - 1, outputs)
         calls = [] if answers else scripted_calls.calls_for_turn(
             index, given.get(scripted_calls.TOOLS_KEY), given.get(scripted_calls.TOOL_CHOICE_KEY),
-            request_id=request.request_id, count=self.script.calls_per_reply)
+            request_id=request.request_id, count=_count(given.get(scripted_calls.CALLS_KEY), self.script.calls_per_reply))
         if answers:
             text = f"reply {index} " + " ".join(answers)
         elif calls:
@@ -154,7 +154,8 @@ class ScriptedEngineClient:
 
     async def _talk(self, request: StageInput) -> None:
         index, text = self.bus.replies.get(request.request_id, (1, ""))
-        words = [] if self.script.text_only else text.split(" ")[2:]  # "reply N" is not spoken
+        # "reply N" is not spoken, nor more than a reply's words (a long tool output stays text).
+        words = [] if self.script.text_only else text.split(" ")[2:2 + self.script.word_count]
         await asyncio.sleep(THINKER_STEP_S)
         codes = [index * 100 + position for position in range(len(words))]
         self.bus.put(1, _text_output(request.request_id, "", codes, finished=True))
@@ -200,6 +201,10 @@ def build_stage_pools(script: PeerScript, model_dir: str,
         pools.append(ScriptedStagePool(stage_id, ScriptedEngineClient(stage_id, script, bus, record),
                                        stage_vllm_config=SimpleNamespace(model_config=model_config)))
     return pools, bus
+
+
+def _count(asked: object, default: int) -> int:
+    return asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else default
 
 
 def _text_output(request_id: str, text: str, token_ids: list[int], *, finished: bool) -> RequestOutput:

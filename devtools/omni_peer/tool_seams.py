@@ -9,7 +9,8 @@ the plugin interface vLLM-Omni defines, and nothing else changes:
 - ``runtime_config_for_update`` keeps the session's tools and ``tool_choice`` in the runtime
   config, and ``runtime_config_for_function_output`` (the hook vLLM-Omni calls for a client's
   ``function_call_output``, as Nemotron's plugin uses it) adds each output there;
-- ``plan_append`` hands both to the scripted thinker beside the rendered prompt;
+- ``plan_append`` hands them to the scripted thinker beside the rendered prompt, with the calls
+  per reply a session's ``metadata`` may ask for (``scripted_calls_per_reply``);
 - the data plane's ``project`` turns a thinker's call text (``scripted_calls``) into
   vLLM-Omni's ``function_call`` model results, the ones Nemotron's data plane yields.
 
@@ -22,11 +23,19 @@ from __future__ import annotations
 
 from vllm_omni.model_executor.models.qwen3_omni.duplex.plugin import Qwen3OmniDuplexPlugin, QwenDataPlane
 
-from devtools.omni_peer.scripted_calls import OUTPUTS_KEY, TOOL_CHOICE_KEY, TOOLS_KEY, decode_calls
+from devtools.omni_peer.scripted_calls import (
+    CALLS_KEY,
+    CALLS_METADATA,
+    OUTPUTS_KEY,
+    TOOL_CHOICE_KEY,
+    TOOLS_KEY,
+    decode_calls,
+)
 
 _RUNTIME_TOOLS = "scripted_tools"
 _RUNTIME_TOOL_CHOICE = "scripted_tool_choice"
 _RUNTIME_OUTPUTS = "scripted_tool_outputs"
+_RUNTIME_CALLS = "scripted_calls_per_reply"
 
 
 def install() -> None:
@@ -46,6 +55,8 @@ def install() -> None:
         runtime[_RUNTIME_TOOLS] = config.extra_body.get("realtime_tools")
         runtime[_RUNTIME_TOOL_CHOICE] = config.extra_body.get("realtime_tool_choice")
         runtime[_RUNTIME_OUTPUTS] = list(current.get(_RUNTIME_OUTPUTS) or [])
+        metadata = config.extra_body.get("realtime_metadata")
+        runtime[_RUNTIME_CALLS] = metadata.get(CALLS_METADATA) if isinstance(metadata, dict) else None
         return runtime
 
     def runtime_config_for_function_output(self, config, current, item):
@@ -59,6 +70,7 @@ def install() -> None:
         plan.prompt[TOOLS_KEY] = runtime_config.get(_RUNTIME_TOOLS)
         plan.prompt[TOOL_CHOICE_KEY] = runtime_config.get(_RUNTIME_TOOL_CHOICE)
         plan.prompt[OUTPUTS_KEY] = runtime_config.get(_RUNTIME_OUTPUTS)
+        plan.prompt[CALLS_KEY] = runtime_config.get(_RUNTIME_CALLS)
         return plan
 
     def project_calls(self, result, *, context=None):

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.protocol.tools import MAX_CALLS_PER_REPLY
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from tests.omni_peer.caller import REPLY_TIMEOUT_S
@@ -170,3 +171,25 @@ async def test_a_resume_while_the_tool_runs_repeats_nothing(peer, remote):
         await conversation.close()
     finally:
         await relay.stop()
+
+
+async def test_a_reply_with_more_calls_than_the_bound_is_bounded(remote):
+    conversation = await remote()
+    # The scripted model makes this many calls in its reply (vLLM-Omni: one function_call.done each).
+    conversation.send(p.SessionUpdate({"metadata": {"scripted_calls_per_reply": MAX_CALLS_PER_REPLY + 2}}))
+    seen: list[p.ServerEvent] = []
+    ask(conversation)
+    spoken = await until_event(conversation, seen, p.ResponseCreated, function_call=None)
+    await until_event(conversation, seen, p.ResponseDone, response_id=spoken.response_id)
+    conversation.send(p.ConversationItemRetrieve(item_id="item_nope", event_id="evt_fence"))
+    await until_event(conversation, seen, p.ErrorEvent)
+    calls = [e for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]
+    assert len(calls) == MAX_CALLS_PER_REPLY
+    assert [e.code for e in seen if isinstance(e, p.ErrorEvent)] == ["item_not_found"]
+    assert not [e for e in seen if isinstance(e, p.ConversationItemAdded) and e.item["type"] == "function_call_output"]
+    # vLLM-Omni took the error outputs for the two refused calls: the next reply speaks them.
+    ask(conversation)
+    answer = await until_event(conversation, seen, p.ResponseTranscriptDone)
+    assert isinstance(answer, p.ResponseTranscriptDone)
+    assert answer.transcript.startswith("reply 2 ") and answer.transcript.count("too_many_function_calls") == 2
+    await conversation.close()
