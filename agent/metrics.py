@@ -68,6 +68,17 @@ BARGE_IN_FALSE_PAUSES = Counter(
     "Paused replies resumed, nothing skipped, because the caller's sound did not hold as speech",
     registry=REGISTRY,
 )
+DIAL_OUTCOMES = Counter(
+    "duplex_dial_outcomes",
+    "Outbound calls placed, by outcome: answered, or why not (busy, declined, no_answer, invalid_number, "
+    "unknown_trunk, not_permitted, invalid_request, failed); voicemail: answered by a machine and hung up on",
+    ["outcome"], registry=REGISTRY,
+)
+AMD_DECISIONS = Counter(
+    "duplex_amd_decisions",
+    "Answered outbound calls screened for voicemail, by what answered: human or machine",
+    ["verdict"], registry=REGISTRY,
+)
 BARGE_INS_CONFIRMED = Counter(
     "duplex_barge_ins_confirmed", "Caller speech held over the agent (the minimum speech): the reply was cancelled",
     registry=REGISTRY,
@@ -191,6 +202,19 @@ BACKEND_RTT_MS = Gauge("duplex_backend_rtt_ms", "Round trip of the last health p
                        ["backend"], registry=REGISTRY)
 BACKEND_FAILOVERS = Counter("duplex_backend_failovers", "Conversations moved to another backend after theirs "
                             "was lost", registry=REGISTRY)
+
+#: Tools at the edge (agent/tools): the model's function calls the worker ran or refused.
+TOOL_CALLS = Counter("duplex_tool_calls", "Function calls of the model the worker's edge took, by tool (one per "
+                     "call_id; (unknown): a name the model made up)", ["tool"], registry=REGISTRY)
+TOOL_FAILURES = Counter("duplex_tool_failures", "Function calls answered with an error output, by reason: "
+                        "unknown_tool, invalid_arguments, too_many_calls, tool_error (the tool's ToolError), "
+                        "tool_failed (it raised), tool_timeout, caller_interrupted (an after-heard tool talked over), "
+                        "tool_cancelled (the call's connection ended while it ran), or "
+                        "the code of a call-control refusal (e.g. needs_phone_call)",
+                        ["reason"], registry=REGISTRY)
+TOOL_RUN_SECONDS = Histogram("duplex_tool_run_seconds", "How long tools ran, from their start to their answer "
+                             "(or their timeout)", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30),
+                             registry=REGISTRY)
 
 
 def render() -> bytes:

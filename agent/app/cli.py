@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from duplex_agent.agent.app.bootstrap import options_from_environment, start_backend
 from duplex_agent.agent.app.flags import (
     DEV,
+    DIAL,
     MODEL_COMMANDS,
     SERVE,
     START,
@@ -21,6 +22,7 @@ from duplex_agent.agent.app.flags import (
 )
 from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
+from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
 
@@ -71,8 +73,15 @@ async def serve(settings: Settings) -> None:
     ssl_context = tls_context(settings)  # before the models load: a bad certificate fails at once
     signals = ShutdownSignals()
     signals.install()
+    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
     backend = await start_backend(settings)
-    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc), settings.host, settings.port, ssl_context=ssl_context)
+    try:
+        require_tool_calls(tools, backend.capabilities)
+    except ModelStartError:
+        await backend.close()
+        raise
+    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools), settings.host,
+                              settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "
@@ -110,6 +119,7 @@ COMMANDS = {
     START: "run as a LiveKit worker (production): take jobs dispatched to --agent-name",
     DEV: "run as a LiveKit worker (development): verbose, and serve the page, which gets room tokens from it",
     TOKEN: "print a short-lived session token and page links carrying it (reads the key from the environment)",
+    DIAL: "place an outbound phone call through LiveKit's SIP service, served by a worker (start or dev)",
 }
 EXAMPLES = """\
 examples:
@@ -117,6 +127,7 @@ examples:
   duplex-agent serve --responder openai --openai-base-url http://127.0.0.1:8000/v1 --openai-model M
   duplex-agent serve --plugin moshi --moshi-config tiny --device cpu   Moshi with random weights (a demo)
   duplex-agent dev --livekit-url ws://127.0.0.1:7880  LiveKit (make livekit-dev starts a local server too)
+  duplex-agent dial +15551234567 --trunk ST_xxx       a worker calls that number through a LiveKit SIP trunk
   duplex-agent SUBCOMMAND --help                      that subcommand's options"""
 
 
@@ -154,6 +165,10 @@ def build_parser(settings: Settings, plugin: PluginOptions) -> argparse.Argument
                                       epilog=f"note: {plugin.error}" if plugin.error and model else None)
         add_setting_arguments(command, settings, name, plugin_title=f"model: the options of --plugin {settings.plugin}",
                               plugin_options=plugin.values if model else None)
+        if name == DIAL:
+            from duplex_agent.agent.app.dial_command import add_dial_arguments
+
+            add_dial_arguments(command)
         if name == TOKEN:
             command.add_argument("--ttl", type=float, default=None,
                                  help="seconds this token opens sessions for (default: --token-ttl; at most 24 h); "
@@ -182,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == TOKEN:
             return print_token(settings, args.ttl)
+        if args.command == DIAL:
+            from duplex_agent.agent.app.dial_command import run_dial
+
+            return run_dial(settings, args)
         if args.command == SERVE:
             asyncio.run(serve(settings))
         else:

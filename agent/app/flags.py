@@ -24,16 +24,18 @@ from duplex_agent.plugins.contract.options import option_choices, option_help, o
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-SERVE, START, DEV, TOKEN = "serve", "start", "dev", "token"
+SERVE, START, DEV, TOKEN, DIAL = "serve", "start", "dev", "token", "dial"
 #: Subcommands that load a model (and so take the plugin's options).
 MODEL_COMMANDS = (SERVE, START, DEV)
 PAGE = (SERVE, DEV)  # subcommands that serve the page, WebRTC and the websocket
 
-NETWORK, ACCESS, MODEL, LIVEKIT, WORKER, OTHER = "network", "access", "model", "LiveKit", "worker", "other"
+NETWORK, ACCESS, MODEL, TOOLS, LIVEKIT, WORKER, OTHER = (
+    "network", "access", "model", "tools", "LiveKit", "worker", "other")
 GROUP_TITLES = {
     NETWORK: "network: where the page, WebRTC and the websocket listen",
     ACCESS: "access: who may open sessions (see docs/security.md)",
     MODEL: "model: what answers the caller",
+    TOOLS: "tools: what the agent may do during a WebRTC or LiveKit call",
     LIVEKIT: "LiveKit: the server this worker registers with",
     WORKER: "worker",
     OTHER: "other settings",
@@ -65,9 +67,9 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                             "addresses: for trying the page from a phone"),
     "tls_dir": SettingFlag(NETWORK, PAGE, "where the self-signed certificate is kept "
                                           "(empty: ~/.cache/duplex-agent/tls)"),
-    "metrics_port": SettingFlag(NETWORK, PAGE, "serve /metrics and /healthz on this port only, without a key "
-                                               "(0: on --port, behind the key)"),
-    "metrics_host": SettingFlag(NETWORK, PAGE, "address of --metrics-port"),
+    "metrics_port": SettingFlag(NETWORK, (*PAGE, START), "serve /metrics and /healthz on this port only, without "
+                                                         "a key (0: on --port, behind the key; start: none)"),
+    "metrics_host": SettingFlag(NETWORK, (*PAGE, START), "address of --metrics-port"),
     "api_key": SettingFlag(ACCESS, (*PAGE, TOKEN), "the key signaling, the websocket, tokens and metrics require "
                                                    "(empty: none)"),
     "api_key_file": SettingFlag(ACCESS, (*PAGE, TOKEN), "a file whose first line is the key, instead of --api-key"),
@@ -99,10 +101,17 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                                   "handshake may take before it counts as gone"),
     "backend_lost_grace": SettingFlag(MODEL, MODEL_COMMANDS, "several --backend: seconds a call whose backend is "
                                                              "lost looks for another before it ends"),
-    "livekit_url": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit server's ws:// or wss:// URL"),
-    "livekit_api_key": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit API key"),
-    "livekit_api_secret": SettingFlag(LIVEKIT, (START, DEV), "the LiveKit API secret"),
-    "agent_name": SettingFlag(LIVEKIT, (START, DEV), "the agent name jobs are dispatched to"),
+    "tools": SettingFlag(TOOLS, MODEL_COMMANDS, "a module (package.module) of livekit-agents @function_tool "
+                                               "functions, and an optional `instructions` string, that the model "
+                                               "may call (it needs a model that calls tools)"),
+    "tool_timeout": SettingFlag(TOOLS, MODEL_COMMANDS, "seconds one tool may run; then the model is told it timed "
+                                                       "out"),
+    "hold_after": SettingFlag(TOOLS, MODEL_COMMANDS, "seconds a tool's answer may take before the caller hears a "
+                                                     "soft hold sound (until the answer plays)"),
+    "livekit_url": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit server's ws:// or wss:// URL"),
+    "livekit_api_key": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API key"),
+    "livekit_api_secret": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the LiveKit API secret"),
+    "agent_name": SettingFlag(LIVEKIT, (START, DEV, DIAL), "the agent name jobs are dispatched to"),
     "resume_grace_s": SettingFlag(WORKER, PAGE, "seconds a session outlives its dropped connection, waiting to be "
                                                 "resumed (0: no resume)"),
     "drain_timeout": SettingFlag(WORKER, MODEL_COMMANDS, "seconds SIGTERM/SIGINT lets live calls finish before "

@@ -24,16 +24,24 @@ import logging
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from livekit import agents
+from livekit import agents, api
 
+from duplex_agent.agent import metrics
+from duplex_agent.agent.app.outbound_call import dial_out
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.agent.session.ports import DuplexBackend
+from duplex_agent.agent.telephony.dial_request import DialRequestError, dial_request_of
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
 from duplex_agent.webrtc.livekit.ffi_router import FfiRouter
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall, preferred_caller
+from duplex_agent.webrtc.livekit.sip_call_control import SipCallControl
+
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.toolbox import ToolBox
 
 log = logging.getLogger("duplex_agent.livekit")
 #: livekit-agents watches each job runner's event loop for blocking code: a heartbeat and a
@@ -116,7 +124,7 @@ def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> floa
 
 
 def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCalls, *,
-                       dev: bool) -> agents.AgentServer:
+                       dev: bool, tools: ToolBox | None = None) -> agents.AgentServer:
     os.environ.setdefault(LOOP_BLOCK_WARN_ENV, LOOP_BLOCK_WARN_MS)  # read as each job runner starts
     capacity = settings.max_sessions
     server = agents.AgentServer(
@@ -137,15 +145,36 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
     )
 
     async def entrypoint(ctx: agents.JobContext) -> None:
+        try:
+            dial = dial_request_of(ctx.job.metadata)  # an outbound call to place, from the job's metadata
+        except DialRequestError as exc:
+            metrics.DIAL_OUTCOMES.labels("invalid_request").inc()
+            log.error("job %s: cannot place the call: %s", ctx.job.id, exc)
+            ctx.shutdown("invalid dial request")
+            return
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
         FfiRouter.shared().own_room(ctx.room)  # this job's loop wakes for its own room's events only
-        call = LiveKitRoomCall(ctx.room, backend, caller_identity=preferred_caller(ctx.job.metadata))
+        # The room's API: how an outbound call is placed, and how a hang-up or a transfer moves the caller.
+        lkapi = api.LiveKitAPI(settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret) \
+            if dial is not None else None
+        room_api = lkapi if lkapi is not None else (ctx.api if tools is not None else None)
+        call = LiveKitRoomCall(
+            ctx.room, backend, tools=tools, room_api=room_api, control_type=SipCallControl,
+            caller_identity=dial.participant_identity if dial is not None else preferred_caller(ctx.job.metadata),
+            only_caller=dial is not None)
         log.info("job %s: room %s", ctx.job.id, ctx.room.name)
         calls.add(call)
+        dialing = asyncio.create_task(dial_out(lkapi, call, dial), name="livekit-dial-out") \
+            if lkapi is not None and dial is not None else None
         try:
             await call.run()
         finally:
             calls.remove(call)
+            if dialing is not None:
+                dialing.cancel()
+                await asyncio.gather(dialing, return_exceptions=True)
+            if lkapi is not None:
+                await lkapi.aclose()
         log.info("job %s ends after %d session(s)", ctx.job.id, call.sessions_served)
         ctx.shutdown("room closed")  # the framework leaves the room
 
@@ -187,17 +216,27 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
     from duplex_agent.agent.app.bootstrap import start_backend
-    from duplex_agent.agent.app.server import build_app, start_http
+    from duplex_agent.agent.app.server import build_app, build_metrics_app, start_http
+    from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
 
     signals = ShutdownSignals()
     signals.install()
     _start_livekit_ffi()
+    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
     backend = await start_backend(settings)
+    try:
+        require_tool_calls(tools, backend.capabilities)
+    except ModelStartError:
+        await backend.close()
+        raise
     calls = LiveCalls()
-    server = build_agent_server(settings, backend, calls, dev=dev)
+    server = build_agent_server(settings, backend, calls, dev=dev, tools=tools)
     page = None
+    if not dev and settings.metrics_port:  # /metrics and /healthz alone, for a worker that serves no page
+        page = await start_http(build_metrics_app(backend), settings.metrics_host, settings.metrics_port)
     if dev:  # the page too, minting room tokens with this worker's credentials
-        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True), settings.host, settings.port)
+        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True, tools=tools), settings.host,
+                                settings.port)
         scheme = "https" if settings.tls_enabled else "http"
         print(f"duplex-agent: the page is on {scheme}://{settings.host}:{settings.port}/ "
               "(LiveKit mode mints dev tokens)", flush=True)

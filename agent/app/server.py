@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -24,6 +25,9 @@ from duplex_agent.agent.app.realtime_ws import RealtimeEndpoint
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.session.ports import DuplexBackend
 
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.toolbox import ToolBox
+
 log = logging.getLogger("duplex_agent")
 BACKEND_KEY = web.AppKey("backend", object)
 SETTINGS_KEY = web.AppKey("settings", Settings)
@@ -36,23 +40,16 @@ def build_app(
     with_webrtc: bool = True,
     config_timeout_s: float = 10.0,
     mint_livekit_tokens: bool = False,
+    tools: ToolBox | None = None,
 ) -> web.Application:
     """The worker's routes. ``mint_livekit_tokens`` (dev mode only) lets the page ask for
-    room tokens signed with the worker's LiveKit credentials."""
+    room tokens signed with the worker's LiveKit credentials. ``tools`` serve the direct WebRTC
+    callers (a realtime websocket client runs its own)."""
     app = web.Application(client_max_size=64 * 1024)
     app[BACKEND_KEY] = backend
     app[SETTINGS_KEY] = settings
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "sessions": backend.active_sessions,
-                                  "max_sessions": backend.capabilities.max_sessions})
-
-    async def metrics_page(request: web.Request) -> web.Response:
-        metrics.ACTIVE_SESSIONS.labels("all").set(backend.active_sessions)
-        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics_page)
+    add_health_routes(app, backend)
     RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
     peer_sessions = None
     if with_webrtc:
@@ -63,7 +60,7 @@ def build_app(
 
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
                                           resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
-                                          media_timeout_s=settings.media_timeout)
+                                          media_timeout_s=settings.media_timeout, tools=tools)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret
@@ -79,6 +76,26 @@ def build_app(
                            sessions_per_address=settings.sessions_per_address, metrics_port=settings.metrics_port,
                            peer_sessions=peer_sessions)
     return app
+
+
+def build_metrics_app(backend: DuplexBackend) -> web.Application:
+    """Only /metrics and /healthz: a LiveKit worker's, which serves no page."""
+    app = web.Application(client_max_size=1024)
+    add_health_routes(app, backend)
+    return app
+
+
+def add_health_routes(app: web.Application, backend: DuplexBackend) -> None:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "sessions": backend.active_sessions,
+                                  "max_sessions": backend.capabilities.max_sessions})
+
+    async def metrics_page(request: web.Request) -> web.Response:
+        metrics.ACTIVE_SESSIONS.labels("all").set(backend.active_sessions)
+        return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_page)
 
 
 def tls_certificate(settings: Settings) -> ServerCertificate | None:

@@ -69,6 +69,13 @@ class Settings:
     backend_tools: str = ""
     backend_replies_to_tool_output: str = ""
     max_sessions: int = 4
+    #: A module (package.module) of livekit-agents function tools the model may call; WebRTC and
+    #: LiveKit callers' calls run them at the edge. Empty: no tools.
+    tools: str = ""
+    #: Seconds one tool may run before the model is told it timed out.
+    tool_timeout: float = 10.0
+    #: Seconds a call waits for a tool's answer before the caller hears the hold sound.
+    hold_after: float = 1.5
     #: Seconds a realtime session outlives its dropped websocket, waiting for session.resume (0: no resume).
     resume_grace_s: float = 30.0
     #: Seconds a SIGTERM/SIGINT lets live calls finish before they are closed.

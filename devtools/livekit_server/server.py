@@ -16,6 +16,9 @@ from .ids import new_sid
 from .media_relay import AudioForwarder, ForwardingRecord
 from .net import interface_ipv4, is_loopback, signal_url
 from .room import Room
+from .room_api import RoomApi
+from .sip import SipService
+from .twirp import TwirpRouter
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,10 @@ class ServerCore:
         self.forwarding = ForwardingRecord()
         self.http = RequestRecord()
         self._dispatcher = AgentDispatcher(self)
+        self.twirp = TwirpRouter(api_key, api_secret)
+        RoomApi(self).register(self.twirp)
+        self.sip = SipService(self)
+        self.sip.register(self.twirp)
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -107,6 +114,7 @@ class ServerCore:
         app.router.add_get("/rtc/v1", lambda r: signal.rtc_v1_socket(self, r))
         app.router.add_get("/rtc/v1/validate", lambda r: signal.validate_v1(self, r))
         app.router.add_get("/agent", self._dispatcher.handle_ws)
+        self.twirp.register(app)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -117,6 +125,7 @@ class ServerCore:
         return self
 
     async def stop(self) -> None:
+        await self.sip.aclose()
         for room in list(self.rooms.values()):
             await room.close()
         await self._dispatcher.aclose()

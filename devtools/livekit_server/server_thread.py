@@ -19,6 +19,7 @@ from .agent_dispatch import DispatchRecord, JobRecord, WorkerRecord
 from .media_relay import Arrival, Hop
 from .net import signal_url
 from .server import ServerCore
+from .sip import CallRecord, Phone, Transfer
 from .views import RoomView, record_copy, room_view
 
 T = TypeVar("T")
@@ -178,6 +179,47 @@ class LoopbackLiveKitServer:
 
     async def terminate_job(self, job_id: str) -> bool:
         return await self._call(self._core.terminate_job, job_id)
+
+    # -- the SIP service ----------------------------------------------------
+    async def add_sip_trunk(self, numbers: tuple[str, ...] = ("+15550100000",), address: str = "sip.loopback.invalid") -> str:
+        """An outbound trunk (as CreateSIPOutboundTrunk makes one); its id."""
+        async def _add() -> str:
+            return self._core.sip.add_trunk(list(numbers), address)
+
+        return await self._call(_add)
+
+    async def add_phone(self, number: str, phone: Phone) -> None:
+        """The phone the SIP service reaches at ``number`` (a call to any other number gets 404)."""
+        async def _add() -> None:
+            self._core.sip.add_phone(number, phone)
+
+        await self._call(_add)
+
+    def sip_calls(self) -> dict[str, CallRecord]:
+        """Every outbound call so far, by call id, as it stands (a snapshot)."""
+        return self._core.sip.snapshot()
+
+    def sip_call_to(self, number: str) -> CallRecord | None:
+        """The latest call to ``number``, as it stands."""
+        calls = [c for c in self.sip_calls().values() if c.number == number]
+        return calls[-1] if calls else None
+
+    def sip_transfers(self) -> list[Transfer]:
+        return self._read(lambda core: list(core.sip.transfers))
+
+    def twirp_calls(self) -> list[tuple[str, str]]:
+        """Every server API call so far: (Service/Method, its twirp error code or "ok")."""
+        return self._read(lambda core: list(core.twirp.calls))
+
+    async def phone_say(self, call_id: str, audio) -> None:
+        """The far end says ``audio`` (48 kHz float32) down its line, after what it is saying."""
+        await self._core.sip.act(call_id, "say", audio)
+
+    async def phone_press(self, call_id: str, digits: str) -> None:
+        await self._core.sip.act(call_id, "press", digits)
+
+    async def phone_hang_up(self, call_id: str) -> None:
+        await self._core.sip.act(call_id, "hang_up")
 
     async def wait_for_worker(self, agent_name: str, *, available: bool = False,
                               timeout: float = 10.0) -> WorkerRecord:

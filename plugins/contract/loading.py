@@ -10,12 +10,11 @@ from duplex_agent.plugins.contract.data_plane import DuplexDataPlane, EncodeAudi
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin
 from duplex_agent.plugins.contract.state import UNUSED_STATE_FIELDS, DefaultDuplexModelSessionState
 
-#: Hooks of the upstream contract that this runtime never calls (it has no function
-#: calls, no concurrent turns, no draining stages, no retained commits, and silence
-#: continuation keeps its own schedule); a plugin
+#: Hooks of the upstream contract that this runtime never calls (it has no concurrent
+#: turns, no draining stages, no retained commits, and silence continuation keeps its
+#: own schedule); a plugin
 #: that overrides one is told at load time instead of getting a silent no-op.
 UNCALLED_PLUGIN_HOOKS = (
-    "runtime_config_for_function_output",
     "runtime_config_after_model_output",
     "release_concurrent_turn_requests",
     "draining_stage_ids",

@@ -11,11 +11,11 @@ from duplex_agent.plugins.contract import DefaultDuplexModelSessionState, load_d
 from duplex_agent.plugins.scripted import ScriptedPlugin
 
 
-class FunctionCallingPlugin(ScriptedPlugin):
+class OutputWatchingPlugin(ScriptedPlugin):
     """Overrides a hook this runtime has no caller for."""
 
-    def runtime_config_for_function_output(self, config, current, item):  # noqa: ANN001, ANN201
-        return {"tool": item}
+    def runtime_config_after_model_output(self, current, output_metadata):  # noqa: ANN001, ANN201
+        return {"seen": dict(output_metadata)}
 
 
 class RetainingState(DefaultDuplexModelSessionState):
@@ -43,8 +43,8 @@ def test_old_path_loads_with_a_deprecation_warning():
 
 
 def test_overridden_uncalled_plugin_hook_is_named_at_load():
-    with pytest.warns(RuntimeWarning, match="runtime_config_for_function_output"):
-        load_duplex_plugin(f"{__name__}.FunctionCallingPlugin", as_float32_audio)
+    with pytest.warns(RuntimeWarning, match="runtime_config_after_model_output"):
+        load_duplex_plugin(f"{__name__}.OutputWatchingPlugin", as_float32_audio)
 
 
 def test_overridden_uncalled_state_hook_is_named_at_load():

@@ -17,7 +17,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiortc import RTCDataChannel, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamTrack
@@ -34,12 +34,17 @@ from duplex_agent.agent.protocol.events import (
     SessionUpdate,
 )
 from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.agent.tools.call_info import CallInfo
+from duplex_agent.webrtc.direct.call_control import DirectCallControl
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, PlayoutTrack
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
+
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.toolbox import ToolBox
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -55,6 +60,8 @@ _MAX_PAGE_MESSAGE = 16 * 1024
 #: Seconds without the caller's RTP that end a direct call (the ``media_timeout`` setting's default).
 DEFAULT_MEDIA_TIMEOUT_S = 20.0
 MEDIA_TIMEOUT = "media_timeout"
+#: The agent ended the call (a tool's hang-up).
+HUNG_UP = "hung_up"
 
 
 class PeerSession:
@@ -67,15 +74,17 @@ class PeerSession:
         on_finished: Callable[[PeerSession, str], None],
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
         media_timeout_s: float = DEFAULT_MEDIA_TIMEOUT_S,
+        tools: ToolBox | None = None,
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
         self.pc = pc
         self.conversation = conversation
         self._on_finished = on_finished
+        call_tools = tools.for_call(CallInfo(self, pc_id, DirectCallControl(self.hang_up))) if tools else None
         self.audio = CallAudioPath(
             conversation, on_event=self._forward_event, on_state=self._forward_state,
-            on_closed=lambda: self.finish("conversation_closed"), **audio_options,
+            on_closed=lambda: self.finish("conversation_closed"), tools=call_tools, **audio_options,
         )
         self.playout_track = PlayoutTrack(self.audio.next_frame, bitrate=opus_bitrate)
         self.loss_follower = LossFollower(self.playout_track.encoder)
@@ -103,6 +112,12 @@ class PeerSession:
         """Ask the owner to close this session (safe from any callback)."""
         if not self.closed:
             self._on_finished(self, reason)
+
+    def hang_up(self, reason: str) -> None:
+        """The agent ends the call (a tool's hang-up): the page is told why, then the peer closes."""
+        logger.info("peer %s: the agent hangs up (%s)", self.pc_id, reason)
+        self._forward_event(SessionClosed(HUNG_UP))
+        self.finish(HUNG_UP)
 
     async def close(self, reason: str, *, keep_conversation: bool = False) -> None:
         """Close the peer and all it started; the conversation too unless ``keep_conversation`` (for a resume)."""

@@ -25,7 +25,7 @@ from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_bo
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.host_address import candidates_on
-from duplex_agent.webrtc.direct.peer_session import MEDIA_TIMEOUT, TRANSPORT, PeerSession
+from duplex_agent.webrtc.direct.peer_session import HUNG_UP, MEDIA_TIMEOUT, TRANSPORT, PeerSession
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -33,7 +33,8 @@ logger = logging.getLogger("duplex_agent.webrtc")
 MAX_BODY_BYTES = 64 * 1024
 MAX_CANDIDATES = 64
 #: Ways a peer ends that end the conversation too; after any other, a resumable one is parked.
-_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close", MEDIA_TIMEOUT)
+_NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close", MEDIA_TIMEOUT,
+               HUNG_UP)
 
 
 class SignalingError(Exception):
@@ -279,8 +280,9 @@ def register_webrtc_routes(
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
-    ``audio_options`` go to each call's PeerSession (opus_bitrate, media_timeout_s)
-    and CallAudioPath (overlap_policy, ...); a negative media_timeout_s is a ValueError here.
+    ``audio_options`` go to each call's PeerSession (opus_bitrate, media_timeout_s, tools: the
+    worker's ToolBox) and CallAudioPath (overlap_policy, ...); a negative media_timeout_s is a
+    ValueError here.
     """
     if audio_options.get("media_timeout_s", 0) < 0:
         raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "

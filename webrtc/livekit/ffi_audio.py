@@ -98,7 +98,7 @@ class AgentVoiceSource:
             self._held_ms, self._held_at = float(self.queue_size_ms), done.arrived_at
 
     async def play(self, playout: PlayoutQueue, next_frame: Callable[[], np.ndarray], *,
-                   frames_per_capture: int = 1) -> None:
+                   frames_per_capture: int = 1, sounding: Callable[[], bool] | None = None) -> None:
         """Feed the track ``next_frame``'s 20 ms (the playout's 48 kHz mono frames), up to
         ``frames_per_capture`` of them at a time while that much is queued, paced by the queue,
         until cancelled. Each capture is an FFI round trip that wakes the loop.
@@ -106,12 +106,13 @@ class AgentVoiceSource:
         While the agent is quiet nothing is captured (the native source sends silence by
         itself): the loop waits for the next audio instead of an FFI round trip per frame.
         A pause the call path asks takes effect at once (``take_back``, its ``on_paused``); one
-        asked elsewhere, at the next capture.
+        asked elsewhere, at the next capture. ``sounding``: the call path has a sound of its own to
+        send while the playout is quiet (the hold sound; it wakes the playout when it starts).
         """
         while True:
             self.take_back(playout)
             pcm = next_frame()
-            if not playout.playing:
+            if not playout.playing and not (sounding is not None and sounding()):
                 await playout.wait_for_audio()
                 continue
             frames = [pcm]

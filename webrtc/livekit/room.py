@@ -27,18 +27,25 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from livekit import rtc
+import numpy as np
+from livekit import api, rtc
 
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.codec import encode_event
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.agent.tools.call_info import CallInfo
+from duplex_agent.webrtc.livekit.call_control import LiveKitCallControl
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
 from duplex_agent.webrtc.media.playout import SAMPLE_RATE
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
+
+if TYPE_CHECKING:
+    from duplex_agent.agent.tools.edge_runner import RunnerTools
+    from duplex_agent.agent.tools.toolbox import ToolBox
 
 log = logging.getLogger("duplex_agent.livekit")
 
@@ -71,6 +78,8 @@ FLUSH_ROOM_WRITES_S = 5.0
 #: Room writes (attributes, transcript streams) waiting for a room that is slow to take them.
 MAX_QUEUED_ROOM_WRITES = 256
 CALLER_KINDS = (rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_SIP)
+#: The agent ended the call (a tool's hang-up).
+HUNG_UP = "hung_up"
 
 
 def preferred_caller(job_metadata: str) -> str | None:
@@ -98,10 +107,25 @@ class LiveKitRoomCall:
     """Serves the callers of one room, one at a time, until the room closes."""
 
     def __init__(self, room: rtc.Room, backend: DuplexBackend, *, caller_identity: str | None = None,
-                 overlap_policy: str = "barge_in") -> None:
+                 only_caller: bool = False, overlap_policy: str = "barge_in", tools: ToolBox | None = None,
+                 room_api: api.LiveKitAPI | None = None,
+                 control_type: type[LiveKitCallControl] = LiveKitCallControl) -> None:
         self.room = room
         self.backend = backend
+        #: The worker's tools, given to each caller's call with a ``control_type`` for that caller
+        #: (which hangs up through ``room_api`` when there is one).
+        self.tools = tools
+        self.room_api = room_api
+        self.control_type = control_type
+        self._hung_up: set[str] = set()  # callers the agent hung up on: not served again
         self.wanted_identity = caller_identity
+        #: Serve ``caller_identity`` alone (the party an outbound call dialled), no one else.
+        self.only_caller = only_caller and caller_identity is not None
+        self._end_once_served = False  # set when the dialled party answered: their leaving ends the call
+        self._wanted_served = False
+        self._speak_first = False
+        #: Also given each frame of the caller's audio (48 kHz), e.g. to tell a voicemail box.
+        self.caller_audio_tap: Callable[[np.ndarray, int], None] | None = None
         self.overlap_policy = overlap_policy
         self.source = AgentVoiceSource(SAMPLE_RATE, 1, queue_size_ms=SOURCE_QUEUE_MS)
         self.caller: rtc.RemoteParticipant | None = None
@@ -146,6 +170,8 @@ class LiveKitRoomCall:
         self._set_state("listening")
         try:
             while not self._room_closed.is_set() and not self._finishing:
+                if self._end_once_served and self._wanted_served:
+                    break
                 caller = self._choose_caller()
                 if caller is None:
                     await self._wait(self._caller_changed)
@@ -166,6 +192,24 @@ class LiveKitRoomCall:
             # every call a worker had served kept one ticking (its cost grew with calls served).
             await self.source.aclose()
             self._finished.set()
+
+    def end_once_served(self) -> None:
+        """End the call once the wanted caller has been served and left (an answered outbound call:
+        the called party hanging up ends it)."""
+        self._end_once_served = True
+        self._caller_changed.set()
+
+    def speak_first(self) -> None:
+        """Ask the model for a reply now, not waiting to be spoken to (an answered outbound call);
+        for a caller not yet served, as soon as their conversation opens."""
+        if self.conversation is not None:
+            self.conversation.send(p.ResponseCreate())
+        else:
+            self._speak_first = True
+
+    def tell_room(self, event: p.ErrorEvent | p.SessionClosed) -> None:
+        """One typed event for the room's participants (``duplex.events``), before anything the call says after it."""
+        self._tell_room(event)
 
     def finish_after_current(self) -> None:
         """Let the live conversation go on until its caller leaves; then end, taking no next caller."""
@@ -192,10 +236,11 @@ class LiveKitRoomCall:
             participant for participant in self.room.remote_participants.values()
             if participant.kind in CALLER_KINDS and microphone_of(participant) is not None
         ]
+        candidates = [participant for participant in candidates if participant.identity not in self._hung_up]
         for participant in candidates:
             if participant.identity == self.wanted_identity:
                 return participant
-        return candidates[0] if candidates else None
+        return candidates[0] if candidates and not self.only_caller else None
 
     # ---- one caller ----
 
@@ -217,10 +262,13 @@ class LiveKitRoomCall:
             self.conversation, overlap_policy=self.overlap_policy, on_event=self._on_event,
             on_state=self._set_state, on_playout_cleared=self.source.clear_queue,
             on_paused=self.source.take_back, on_closed=self._on_conversation_closed,
-            on_cut_short=self._on_cut_short,
+            on_cut_short=self._on_cut_short, tools=self._tools_for(caller),
         )
         self._conversation_open = True
         await self.path.start()
+        if self._speak_first:
+            self._speak_first = False
+            self.conversation.send(p.ResponseCreate())
         publication.set_subscribed(True)
         self._call_tasks = [
             asyncio.create_task(self._read_caller(publication), name="livekit-caller-audio"),
@@ -233,13 +281,33 @@ class LiveKitRoomCall:
             self._end_reason = self._ended_by_backend
             self._room_closed.set()
         elif not self._room_closed.is_set():
-            await self._end_call("caller_left")
+            await self._end_call(HUNG_UP if caller.identity in self._hung_up else "caller_left")
+        if caller.identity == self.wanted_identity:
+            self._wanted_served = True
 
     def _caller_present(self) -> bool:
         caller = self.caller
         return caller is not None and caller.identity in self.room.remote_participants \
+            and caller.identity not in self._hung_up \
             and microphone_of(caller) is not None and self._conversation_open \
             and not any(task.done() for task in self._call_tasks)
+
+    def _tools_for(self, caller: rtc.RemoteParticipant) -> RunnerTools | None:
+        if self.tools is None:
+            return None
+        control = self.control_type(self.room, caller, end_call=lambda reason: self._hang_up(caller, reason),
+                                    room_api=self.room_api)
+        return self.tools.for_call(CallInfo(self.room, caller.identity, control))
+
+    def _hang_up(self, caller: rtc.RemoteParticipant, reason: str) -> None:
+        """The agent ends its call with ``caller`` (when it cannot remove them from the room): they
+        are told, and not served again while they stay."""
+        if caller.identity in self._hung_up:
+            return
+        log.info("the agent ends its call with %s (%s)", caller.identity, reason)
+        self._hung_up.add(caller.identity)
+        self._tell_room(p.SessionClosed(HUNG_UP))
+        self._caller_changed.set()
 
     def _on_conversation_closed(self) -> None:
         self._conversation_open = False
@@ -274,13 +342,16 @@ class LiveKitRoomCall:
                 samples = frame_samples(frame)
                 if self.path is not None:
                     self.path.push_caller_frame(samples, frame.sample_rate)
+                if self.caller_audio_tap is not None:
+                    self.caller_audio_tap(samples, frame.sample_rate)
         finally:
             await stream.aclose()
 
     async def _speak(self) -> None:
         if self.path is not None:
-            await self.source.play(self.path.playout, self.path.next_frame,
-                                    frames_per_capture=VOICE_FRAMES_PER_CAPTURE)
+            path = self.path
+            await self.source.play(path.playout, path.next_frame, frames_per_capture=VOICE_FRAMES_PER_CAPTURE,
+                                   sounding=lambda: path.hold_sounding)
 
     # ---- room events ----
 

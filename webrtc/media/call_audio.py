@@ -11,7 +11,9 @@ over the pause threshold, then, once the speech holds
 if it does not hold, resume where it paused (barge_in.py says which).
 Agent side: audio deltas go to the call's ``AgentAudioOutput`` (agent_output.py: resample,
 jitter hold, playout), whose end of each response becomes its ``PlaybackAck``; other
-events pass on. The timings the caller hears (barge-in, turn, false pause) are kept by
+events pass on. With tools (``tools``), the session.update at start declares them, and the
+call's ``EdgeToolRunner`` (agent/tools/edge_runner.py) sees every event and every playback end
+and runs the model's calls; its hold sound plays where the agent is silent. The timings the caller hears (barge-in, turn, false pause) are kept by
 call_figures.py from the frames that go out.
 """
 
@@ -52,9 +54,11 @@ from duplex_agent.agent.protocol.events import (
     SpeechStopped,
 )
 from duplex_agent.agent.session.ports import Conversation
+from duplex_agent.agent.tools.edge_runner import EdgeToolRunner, RunnerTools
 from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict, pause_threshold
 from duplex_agent.webrtc.media.call_figures import CallTimings
+from duplex_agent.webrtc.media.hold_sound import HoldSound
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.level_onset import LevelOnset
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
@@ -117,6 +121,7 @@ class CallAudioPath:
         on_cut_short: Callable[[str, str], None] | None = None,
         playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
         figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
+        tools: RunnerTools | None = None,  # the call's tools (ToolBox.for_call): run at the edge
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -149,6 +154,15 @@ class CallAudioPath:
             jitter_ms=min(self._caps.unit_ms, MAX_JITTER_MS) if continuous else 0.0,
             playout=playout,
         )
+        self._tool_set = tools if tools is not None and self._caps.supports_tools else None
+        if tools is not None and self._tool_set is None:
+            logger.warning("the model %r cannot call tools: this call has none", self._caps.plugin_id)
+        self.hold: HoldSound | None = None
+        self.tools: EdgeToolRunner | None = None
+        if self._tool_set is not None:
+            self.hold = HoldSound(on_start=self.output.playout.wake)
+            self.tools = EdgeToolRunner(self._tool_set, conversation.send, hold=self.hold,
+                                        replies_to_tool_output=self._caps.replies_to_tool_output)
         self.figures = figures if figures is not None else LatencyFigures()
         self._timings = CallTimings(self.figures)
         self._events_task: asyncio.Task[None] | None = None
@@ -182,16 +196,17 @@ class CallAudioPath:
             self._vad_model = await asyncio.to_thread(SileroVadModel.shared)
         self._onset = CallerOnsetDetector(self._vad_model)
         self._conversation.use_caller_vad(self._onset.scores)  # an in-process session's turn detection
-        self._conversation.send(
-            SessionUpdate(
-                session={
-                    "input_audio_format": "pcm_f32le",
-                    "input_sample_rate": self._caps.input_sample_rate,
-                    "turn_detection": self._turn_detection,
-                    "overlap_policy": self.overlap_policy,
-                }
-            )
-        )
+        session: dict[str, Any] = {
+            "input_audio_format": "pcm_f32le",
+            "input_sample_rate": self._caps.input_sample_rate,
+            "turn_detection": self._turn_detection,
+            "overlap_policy": self.overlap_policy,
+        }
+        if self._tool_set is not None:
+            session["tools"] = self._tool_set.schemas
+            if self._tool_set.instructions:
+                session["instructions"] = self._tool_set.instructions
+        self._conversation.send(SessionUpdate(session=session))
         self._events_task = asyncio.create_task(self._consume_events(), name="call-audio-events")
 
     async def close(self) -> None:
@@ -202,6 +217,8 @@ class CallAudioPath:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._events_task
             self._events_task = None
+        if self.tools is not None:
+            await self.tools.close()
         self.output.playout.clear()
 
     def update_session(self, settings: Any) -> None:
@@ -214,6 +231,9 @@ class CallAudioPath:
         if "turn_detection" in settings:
             self._turn_detection = settings["turn_detection"]
             self.gate.rules = self._barge_in_rules()
+        if settings.get("instructions") and self._tool_set is not None and self._tool_set.instructions:
+            # The page's instructions come first; what the tools need said stays.
+            settings["instructions"] = f"{settings['instructions']}\n\n{self._tool_set.instructions}"
         if settings:
             self._conversation.send(SessionUpdate(session=settings))
 
@@ -342,6 +362,8 @@ class CallAudioPath:
                     self._handle_event(event)
                 except ProtocolError as exc:
                     logger.warning("dropping bad %s from the conversation: %s", event.type, exc)
+                if self.tools is not None:  # after the playout has taken the event in
+                    self.tools.observe(event)
         except Exception:
             logger.exception("conversation event stream failed")
         if self._on_closed is not None:
@@ -388,6 +410,8 @@ class CallAudioPath:
     def _playback_ended(self, ended: PlaybackEnded) -> None:
         """The output is done with a response: tell the model what the caller heard."""
         self._conversation.send(PlaybackAck(response_id=ended.response_id, played_ms=ended.playback_position_ms))
+        if self.tools is not None:
+            self.tools.playback_ended(ended.response_id, interrupted=ended.interrupted)
         if ended.heard_text is not None and self._on_cut_short is not None:
             self._on_cut_short(ended.response_id, ended.heard_text)
 
@@ -396,6 +420,9 @@ class CallAudioPath:
     def next_frame(self) -> np.ndarray:
         """The next 20 ms for the caller (int16, 960 samples at 48 kHz)."""
         frame, progress_made = self.output.next_frame()
+        if self.hold is not None and self.hold.sounding and not self.playout.playing:
+            # Only in the agent's silence; the figures go by the playout's progress, so it is no reply.
+            frame = self.hold.next_frame()
         self._timings.frame_out(progress_made, time.perf_counter())
         for progress in progress_made:
             if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
@@ -411,6 +438,11 @@ class CallAudioPath:
         self.state = state
         if self._on_state is not None:
             self._on_state(state)
+
+    @property
+    def hold_sounding(self) -> bool:
+        """The hold sound plays (a transport that waits for audio sends frames meanwhile)."""
+        return self.hold is not None and self.hold.sounding
 
     def page_figures(self) -> tuple[Any, ...]:
         """What the page shows of this call's figures (compare two to see if the page would change)."""

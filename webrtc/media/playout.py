@@ -390,6 +390,14 @@ class PlayoutQueue:
             self._audio_waiters.append((loop, future))
         await future
 
+    def wake(self) -> None:
+        """Wake those waiting in ``wait_for_audio`` though nothing is queued: a sound the call
+        path plays where the queue is silent (the hold sound) is to be sent."""
+        with self._lock:
+            waiting, self._audio_waiters = self._audio_waiters, []
+        for loop, future in waiting:
+            loop.call_soon_threadsafe(_settle, future, None)
+
     def _report_played(self, response_id: str) -> None:
         if self._streaming == response_id:
             self._streaming = None

@@ -1,0 +1,81 @@
+"""An outbound call in a LiveKit job: the job's room is served while the call is placed.
+
+The room call starts first, serving only the dialled party: LiveKit puts them in the room
+while it dials, so the agent is listening before they answer. Answered, the call ends when
+they hang up, and the agent may speak first. Not answered (busy, declined, no answer, an
+unknown trunk...), the reason goes to the log as one line, to /metrics
+(``duplex_dial_outcomes``) and to the room as an ``error`` event on ``duplex.events``
+(code ``dial_<reason>``), and the job ends cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aiohttp
+from livekit import api
+
+from duplex_agent.agent import metrics
+from duplex_agent.agent.app.voicemail_screen import VoicemailScreen
+from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.telephony.amd import Verdict
+from duplex_agent.agent.telephony.dial_outcome import DialFailed
+from duplex_agent.agent.telephony.dial_request import DialRequest
+from duplex_agent.webrtc.livekit.room import LiveKitRoomCall
+from duplex_agent.webrtc.livekit.sip_dial import place_call
+
+log = logging.getLogger("duplex_agent.livekit")
+
+
+async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
+    """Place ``request`` into ``call``'s room while ``call`` serves it; end ``call`` if no one answers."""
+    room = call.room.name
+    log.info("room %s: dialing %s through trunk %s", room, request.number, request.trunk)
+    placed = time.monotonic()
+    try:
+        info = await place_call(lkapi, room, request)
+    except DialFailed as exc:
+        metrics.DIAL_OUTCOMES.labels(exc.reason).inc()
+        log.warning("room %s: %s", room, exc)
+        call.tell_room(p.ErrorEvent.of(f"dial_{exc.reason}", str(exc), error_type="call_error"))
+        await call.close(f"dial_{exc.reason}")
+        return
+    metrics.DIAL_OUTCOMES.labels("answered").inc()
+    log.info("room %s: %s answered after %.1f s (SIP call %s)", room, request.number,
+             time.monotonic() - placed, info.sip_call_id)
+    call.end_once_served()
+    if request.voicemail:
+        await screen_for_voicemail(lkapi, call, request)
+    elif request.agent_speaks_first:
+        call.speak_first()
+
+
+async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
+    """Tell a person from a voicemail box, then follow the request's policy."""
+    screen = VoicemailScreen()
+    call.caller_audio_tap = screen.push
+    room = call.room.name
+    decision = await screen.decided()
+    if decision is None:
+        return
+    log.info("room %s: %s answered (%s; decided %.1f s into the greeting)", room, decision.verdict.value,
+             decision.reason, decision.after_greeting_s)
+    if decision.verdict is Verdict.HUMAN:
+        call.caller_audio_tap = None
+        if request.agent_speaks_first:
+            call.speak_first()
+        return
+    if request.voicemail == "leave_message":
+        over = await screen.greeting_over()
+        log.warning("room %s: voicemail %s; the worker cannot speak the message yet (no speech synthesis at the "
+                    "edge), so it hangs up", room, "greeting over" if over else "greeting did not end")
+    call.caller_audio_tap = None
+    metrics.DIAL_OUTCOMES.labels("voicemail").inc()
+    call.tell_room(p.ErrorEvent.of("dial_voicemail", f"voicemail answered the call to {request.number}; the agent "
+                                   "hung up", error_type="call_error"))
+    try:
+        await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=room, identity=request.participant_identity))
+    except (api.ServerError, aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("room %s: hanging up on voicemail failed (%s); the agent leaves the call", room, exc)
+    await call.close("voicemail")

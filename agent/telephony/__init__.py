@@ -1,0 +1,1 @@
+"""Telephone calls: outbound dial requests, their outcomes, and answering-machine detection."""

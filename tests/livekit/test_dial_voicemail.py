@@ -1,0 +1,45 @@
+"""A dial request that screens for voicemail: a voicemail box is hung up on within seconds of its
+greeting's start; a person who answers is left to talk."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from devtools.livekit_server.sip import Phone
+from devtools.phone_greetings import MACHINE_GREETINGS, beep, quiet
+from devtools.speech import espeak, speak
+from duplex_agent.agent.telephony.dial_request import DialRequest
+from tests.livekit.conftest import AGENT_NAME
+from tests.support.waits import until
+
+MACHINE = "+15551230003"
+PERSON = "+15551230004"
+
+
+async def test_voicemail_is_hung_up_on_and_a_person_is_not(livekit_server, ready_worker):
+    worker = await ready_worker()
+    trunk = await livekit_server.add_sip_trunk()
+    greeting = np.concatenate([quiet(0.3), espeak(MACHINE_GREETINGS[2], 48000), quiet(0.4), beep(), quiet(2.0)])
+    await livekit_server.add_phone(MACHINE, Phone(rings_for_s=0.5, greeting=greeting, noise_dbfs=-50.0))
+    await livekit_server.add_phone(PERSON, Phone(rings_for_s=0.5, greeting=speak("Hello?", 48000), noise_dbfs=-45.0))
+
+    await livekit_server.create_dispatch("vm-call", AGENT_NAME, DialRequest(MACHINE, trunk, voicemail="hang_up").to_metadata())
+    await until(lambda: (c := livekit_server.sip_call_to(MACHINE)) is not None and c.ended_at is not None, 60,
+                "the agent to hang up on the voicemail box")
+    call = livekit_server.sip_call_to(MACHINE)
+    assert call.ended_by == "room" and call.answered_at is not None
+    # Told on the audio's own clock within 3 s of the greeting's first word, and hung up on long
+    # before the greeting (about 10 s) and its beep were over.
+    decided = re.search(r"machine answered \(.*; decided ([0-9.]+) s into the greeting\)", worker.log())
+    assert decided and float(decided.group(1)) <= 3.0, worker.log()[-1500:]
+    first_word = next(h.at for h in call.said if float(np.abs(h.samples).max()) > 0.05)
+    assert call.ended_at - first_word < 8.0, call.ended_at - first_word
+
+    await livekit_server.create_dispatch("person-call", AGENT_NAME, DialRequest(PERSON, trunk, voicemail="hang_up").to_metadata())
+    await until(lambda: "human answered" in worker.log(), 60, "the person to be told from a machine")
+    person = livekit_server.sip_call_to(PERSON)
+    assert person is not None and person.ended_at is None
+    await livekit_server.phone_hang_up(person.call_id)
+    assert "Traceback" not in worker.log()
