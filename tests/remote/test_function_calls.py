@@ -11,9 +11,11 @@ import asyncio
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
 
+from devtools.speech import speak
 from duplex_agent.agent.app.bootstrap import build_backend
 from duplex_agent.agent.app.server import build_app
 from duplex_agent.agent.app.settings import Settings
@@ -27,10 +29,18 @@ from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.failover import FailoverConversation
 from duplex_agent.agent.remote.session import parse_session_created
 from duplex_agent.agent.session.local_backend import LocalBackend
+from duplex_agent.agent.tools.call_info import CallInfo
+from duplex_agent.agent.tools.loading import load_tool_module
+from duplex_agent.agent.tools.toolbox import EdgeToolOptions, ToolBox
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
+from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.playout import FRAME_SAMPLES, SAMPLE_RATE
 from tests.remote.conversation_events import events_until
 from tests.support.audio import tone
 from tests.support.waits import until
+from tests.tools import toolkit
+from tests.tools.harness import FakeControl
+from tests.webrtc.fakes import EnergyVadModel
 
 from .fake_server import (
     OMNI_CAPS,
@@ -438,3 +448,39 @@ def test_the_operator_says_whether_the_backends_call_tools():
     assert isinstance(unsaid, RemoteBackend) and unsaid.options.tools is None
     with pytest.raises(ModelStartError, match="--backend-tools"):
         build_backend(Settings(backend="ws://127.0.0.1:9/v1/realtime?duplex=1", backend_tools="maybe"))
+
+
+async def test_the_edge_runs_a_tool_once_through_the_remote_backend_and_the_answer_carries_it(our_endpoint):
+    """A call's whole tool loop over the remote backend to our endpoint: the caller speaks, the model
+    calls, the call path's edge runner runs the tool and answers, the model speaks the result."""
+    runs = toolkit.reset()
+    script = Script(reply="let me see", calls=[{"name": "get_weather", "arguments": '{"city": "Paris"}'}],
+                    tool_reply="{output}")
+    backend = RemoteBackend(await our_endpoint(script))
+    conversation = await backend.open()
+    box = ToolBox(load_tool_module("tests.tools.toolkit"), EdgeToolOptions(hold_after_s=5.0))
+    seen: list[p.ServerEvent] = []
+    path = CallAudioPath(conversation, vad_model=EnergyVadModel(), on_event=seen.append,
+                         tools=box.for_call(CallInfo("peer", "alice", FakeControl())))
+    await path.start()
+    question = speak("What is the weather in Paris?", SAMPLE_RATE, before_ms=200, after_ms=1500)
+    quiet = np.zeros(FRAME_SAMPLES, np.float32)
+    try:
+        for start in range(0, len(question) - FRAME_SAMPLES, FRAME_SAMPLES):  # faster than real time
+            path.push_caller_frame(question[start:start + FRAME_SAMPLES], SAMPLE_RATE)
+            path.next_frame()
+            await asyncio.sleep(0.002)
+
+        def answered() -> bool:
+            path.push_caller_frame(quiet, SAMPLE_RATE)
+            path.next_frame()
+            return any(isinstance(e, p.ResponseTranscriptDone) and "Sunny" in e.transcript for e in seen)
+
+        await until(answered, 20.0, "the answer with the tool's result")
+        assert runs.calls == [("get_weather", {"city": "Paris", "unit": "celsius"})]
+        assert len([e for e in seen if isinstance(e, p.ResponseFunctionCallArgumentsDone)]) == 1
+        assert not [e for e in seen if isinstance(e, p.ErrorEvent)]
+    finally:
+        await path.close()
+        await conversation.close()
+        await backend.close()
