@@ -36,7 +36,10 @@ def build_backend(settings: Settings) -> DuplexBackend:
         # In a pool a host that refuses or never answers is gone at once: the call moves to another.
         options = RemoteOptions(stall_timeout_s=settings.backend_stall_timeout,
                                 connect_timeout_s=settings.backend_connect_timeout,
-                                resume_gives_up_unreachable=several)
+                                resume_gives_up_unreachable=several,
+                                tools=_yes_no("--backend-tools", settings.backend_tools),
+                                replies_to_tool_output=_yes_no("--backend-replies-to-tool-output",
+                                                               settings.backend_replies_to_tool_output))
 
         def remote(url: str) -> RemoteBackend:
             return RemoteBackend(url, model=settings.backend_model, api_key=settings.backend_api_key,
@@ -64,6 +67,14 @@ def build_backend(settings: Settings) -> DuplexBackend:
         log.info("loading the end-of-turn model")  # here, not in the first session's loop
         EndOfTurnModel.shared()
     return LocalBackend(plugin, engine, max_sessions=settings.max_sessions, vad_model=vad)
+
+
+def _yes_no(flag: str, value: str) -> bool | None:
+    """A yes/no setting; empty is None (the server's word stands)."""
+    words = {"": None, "yes": True, "no": False}
+    if value.strip().lower() not in words:
+        raise ModelStartError(f"{flag} {value!r}: say yes or no (or nothing, for what the server says)")
+    return words[value.strip().lower()]
 
 
 def backend_urls(spec: str) -> list[str]:

@@ -63,6 +63,11 @@ class Settings:
     backend_connect_timeout: float = 5.0
     #: Seconds a call whose backend is lost looks for another before it ends (several backends).
     backend_lost_grace: float = 10.0
+    #: Whether the backends' model calls tools ("yes", "no"; empty: as the server's capabilities say,
+    #: and vLLM-Omni's say it only through whether its model's request resumes), and whether it
+    #: answers their outputs by itself (else the caller of a tool sends ``response.create``).
+    backend_tools: str = ""
+    backend_replies_to_tool_output: str = ""
     max_sessions: int = 4
     #: A module (package.module) of livekit-agents function tools the model may call; WebRTC and
     #: LiveKit callers' calls run them at the edge. Empty: no tools.

@@ -13,6 +13,7 @@ from typing import Any
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, SUPPORTED_RATES, parse_audio_format
+from duplex_agent.agent.protocol.tools import check_tool_choice, check_tools
 from duplex_agent.agent.remote.session import RemoteSession, translate_session_update
 from duplex_agent.plugins.contract import DuplexCapabilities
 
@@ -64,6 +65,23 @@ def session_update(event: p.SessionUpdate, remote: RemoteSession) -> dict[str, A
     if event.event_id:
         message["event_id"] = event.event_id
     return message
+
+
+def check_tool_fields(fields: dict[str, Any], caps: DuplexCapabilities, event_id: str | None) -> dict[str, Any]:
+    """``fields`` (a ``session`` or ``response`` object) with its ``tools`` and ``tool_choice`` checked, as
+    the server gets them; ProtocolError before anything is sent when they are malformed, or when the
+    model cannot call tools. ``null`` clears them, as on vLLM-Omni."""
+    if fields.get("tools") is None and fields.get("tool_choice") is None:
+        return fields
+    checked = dict(fields)
+    if checked.get("tools") is not None:
+        checked["tools"] = check_tools(checked["tools"], event_id=event_id)
+        if checked["tools"] and not caps.supports_tools:
+            raise p.ProtocolError("tools_unsupported", f"the model {caps.plugin_id!r} cannot call tools",
+                                  event_id=event_id)
+    if checked.get("tool_choice") is not None:
+        checked["tool_choice"] = check_tool_choice(checked["tool_choice"], event_id=event_id)
+    return checked
 
 
 def dtmf_digit(event: p.InputDtmf) -> str:

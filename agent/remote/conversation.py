@@ -3,7 +3,8 @@
 ``RemoteConversation`` assembles the pieces: ``connection`` (the socket, its tasks, resume and
 replay), ``client_events`` (client events as the server's messages), ``self_acks`` (the acks
 owed for a transport that does not send its own), ``answers`` (the answers to this side's own
-messages, by exact ``event_id``) and ``responses`` (what is known of the server's responses).
+messages, by exact ``event_id``), ``responses`` (what is known of the server's responses) and
+``function_calls`` (the model's calls, each passed on once and bounded per reply).
 It keeps the state those translations read, routes the server's events back to the transport,
 and watches for a server that stalls mid-response.
 """
@@ -24,12 +25,13 @@ from duplex_agent.agent.remote import client_events
 from duplex_agent.agent.remote.answers import ExpectedAnswers
 from duplex_agent.agent.remote.connection import Connect, ServerConnection, handshake
 from duplex_agent.agent.remote.events import ServerMessageReader
+from duplex_agent.agent.remote.function_calls import FunctionCalls
 from duplex_agent.agent.remote.input import InputEncoder
 from duplex_agent.agent.remote.options import RemoteOptions
 from duplex_agent.agent.remote.outbox import Role
 from duplex_agent.agent.remote.responses import ServerResponses
 from duplex_agent.agent.remote.self_acks import SelfAcks
-from duplex_agent.agent.remote.session import RemoteSession
+from duplex_agent.agent.remote.session import RemoteSession, tool_capabilities
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.plugins.contract import DuplexCapabilities
 
@@ -53,12 +55,14 @@ class RemoteConversation(Conversation):
                  on_close: Callable[[RemoteConversation], None] | None = None) -> None:
         self.options = options
         self._on_close = on_close
-        self._caps = remote.capabilities
+        self._caps = tool_capabilities(remote.capabilities, tools=options.tools,
+                                       replies_to_tool_output=options.replies_to_tool_output)
         answers = ExpectedAnswers()
         self._connection = ServerConnection(connect, ws, remote, options, answers, last_seq=last_seq,
                                             on_message=self._on_message, on_lost=self._on_lost)
         self._responses = ServerResponses()
         self._self_acks = SelfAcks(remote, self._responses, answers, self._queue_self_acks)
+        self._calls = FunctionCalls(answers, self._connection.put)
         self._encoder = InputEncoder(remote, max_append_ms=options.max_append_ms)
         self._rates = AppendRateAdapter(self._encoder.in_rate)
         self._reader = ServerMessageReader(self._caps.output_sample_rate)
@@ -169,7 +173,10 @@ class RemoteConversation(Conversation):
             return [*_control(*self._self_acks.owed()), *self._appends(self._encoder.flush()),
                     *_control(client_events.commit(event, self.remote))]
         if isinstance(event, p.ResponseCreate):
+            client_events.check_tool_fields(event.response or {}, self._caps, event.event_id)
             return _control(*self._self_acks.owed(), client_events.wire(event))
+        if isinstance(event, p.ConversationItemCreate) and event.item.get("type") == "function_call_output":
+            return _control(self._calls.output(event))
         if isinstance(event, p.InputDtmf):
             self._emit(p.DtmfReceived(client_events.dtmf_digit(event)))
             return []
@@ -188,6 +195,8 @@ class RemoteConversation(Conversation):
                                      sample_rate_hz=self._encoder.out_rate)
 
     def _session_update(self, event: p.SessionUpdate) -> dict[str, Any]:
+        session = client_events.check_tool_fields(event.session, self._caps, event.event_id)
+        event = p.SessionUpdate(session, event_id=event.event_id)
         audio_format, rate = client_events.input_audio(
             event, current=(self._encoder.in_format, self._encoder.in_rate), started=self._configured)
         self._encoder.configure(audio_format, rate)
@@ -231,7 +240,7 @@ class RemoteConversation(Conversation):
             self._emit(p.ErrorEvent.of("backend_disconnected", ended, error_type="server_error"))
             self._spawn_shutdown(p.SessionClosed(str(data.get("reason") or kind)))
             return True
-        for event in self._reader.read(data):
+        for event in self._calls.screen(self._reader.read(data)):
             if isinstance(event, p.SessionClosed):
                 self._spawn_shutdown(event)
                 return True
@@ -258,8 +267,8 @@ class RemoteConversation(Conversation):
         if late or response_id in self._responses.ended_here:
             self.dropped_late_deltas += isinstance(event, p.ResponseAudioDelta)
             return
-        if isinstance(event, p.ResponseCreated):
-            self._responses.created(event)
+        if isinstance(event, p.ResponseCreated) and event.function_call is None:
+            self._responses.created(event)  # a call's response is no reply: acks and cancels still mean the spoken one
         elif isinstance(event, p.ResponseAudioDelta):
             self._responses.speaking = event.response_id
             self._self_acks.heard(event)

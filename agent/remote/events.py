@@ -8,6 +8,11 @@ beside them. ``ServerMessageReader`` fills our fields from theirs before
 decoding, and drops the events that have no counterpart here (item,
 content-part and rate-limit bookkeeping).
 
+A function call is a response of its own (see ``function_calls``); vLLM-Omni names no item in
+its ``response.created``, so a ``response.created`` without one waits for the next message: when
+that is the ``conversation.item.added`` of a call, the call's item is the response's item (and its
+``function_call``, as on ``response.done``), and both come out of one ``read``.
+
 vLLM-Omni's text marks count transcript characters (``text_chars``) while the
 words themselves come in the transcript delta that follows each audio delta;
 an audio delta whose marks point past the transcript known so far waits for
@@ -33,6 +38,11 @@ IGNORED_TYPES = frozenset({
     "response.content_part.done", "rate_limits.updated", "playback.acknowledged", "overlap.decision",
     "turn.event", "session.heartbeat_ack",
 })
+#: Item events passed on when their item is a function call or its output: a call's response is
+#: told by them, and an output's echo says the server took it.
+_FUNCTION_ITEM_TYPES = frozenset({"conversation.item.added", "conversation.item.done", "response.output_item.added",
+                                  "response.output_item.done"})
+_FUNCTION_ITEMS = frozenset({"function_call", "function_call_output"})
 #: A text-only reply's events (``TextDelta`` / ``TextDone``), read as its transcript.
 _TEXT_TYPES = {"response.output_text.delta": "response.output_audio_transcript.delta",
                "response.output_text.done": "response.output_audio_transcript.done"}
@@ -52,6 +62,7 @@ class ServerMessageReader:
         self._audio_ms: dict[str, float] = {}  # response -> audio received so far
         self._texts: dict[str, _ResponseText] = {}
         self._held: tuple[p.ResponseAudioDelta, list[dict[str, Any]]] | None = None
+        self._held_created: p.ResponseCreated | None = None
         self._pending_marks: list[dict[str, Any]] = []  # the vLLM-Omni marks of the delta being read
         self._warned: set[str] = set()
         self._spoken: set[str] = set()  # responses with an audio transcript: their text events repeat it
@@ -62,12 +73,22 @@ class ServerMessageReader:
         if kind == "response.output_audio_transcript.delta" and isinstance(data.get("delta"), str):
             self._text(str(data.get("response_id"))).text += data["delta"]
         released: list[p.ServerEvent] = []
+        if self._held_created is not None:
+            created, self._held_created = self._held_created, None
+            call = data.get("item") if kind == "conversation.item.added" else None
+            if isinstance(call, dict) and call.get("type") == "function_call" and isinstance(call.get("id"), str):
+                created.item_id, created.function_call = call["id"], dict(call)
+            released.append(created)
         if self._held is not None:
             (delta, marks), self._held = self._held, None
             delta.marks = self._marks(delta, marks)
             released.append(delta)
         self._pending_marks = []
+        unnamed = kind == "response.created" and "item_id" not in data
         event = self._read_one(data)
+        if isinstance(event, p.ResponseCreated) and unnamed:
+            self._held_created = event  # its item is named by the next message
+            return released
         if isinstance(event, p.ResponseAudioDelta) and self._pending_marks:
             if self._pending_marks[-1]["text_chars"] > len(self._text(event.response_id).text):
                 self._held = (event, self._pending_marks)  # its words come with the next message
@@ -81,7 +102,7 @@ class ServerMessageReader:
             log.warning("skipping a server message that is not a JSON object")
             return None
         kind = _wire_kind(data)
-        if kind in IGNORED_TYPES:
+        if kind in IGNORED_TYPES and not _function_item_event(kind, data):
             return None
         if kind in _TEXT_TYPES:
             data = _text_as_transcript(data)
@@ -151,6 +172,10 @@ class ServerMessageReader:
         details = response.get("status_details")
         if "reason" not in data and isinstance(details, dict) and isinstance(details.get("reason"), str):
             data["reason"] = details["reason"]
+        output = response.get("output")
+        first = output[0] if isinstance(output, list) and output else None
+        if "function_call" not in data and isinstance(first, dict) and first.get("type") == "function_call":
+            data["function_call"] = first  # the response is that call alone
         meta = _object(response, "metadata")
         playback = meta.get("playback")
         if "audio_ms" not in data and isinstance(playback, dict) and isinstance(playback.get("sent_ms"), int | float):
@@ -175,6 +200,11 @@ class _ResponseText:
         self.text = ""
         self.marked_chars = 0
         self.marked_ms = 0.0
+
+
+def _function_item_event(kind: Any, data: dict[str, Any]) -> bool:
+    item = data.get("item")
+    return kind in _FUNCTION_ITEM_TYPES and isinstance(item, dict) and item.get("type") in _FUNCTION_ITEMS
 
 
 def _text_as_transcript(data: dict[str, Any]) -> dict[str, Any] | None:

@@ -14,6 +14,10 @@ another backend of the pool and goes on:
   their ids, then the caller's input the old backend never confirmed (a question
   asked just after the kill) and what came meanwhile (bounded). Refusals of the
   items stay here: a model that takes no items starts afresh;
+- the model's function calls and the transport's outputs are history too, restated in
+  their place: a call the edge is still running is known to the new backend when its
+  output comes, an output sent before the move goes over once (never again as carried
+  input), and the new backend's echoes of them stay here, so no call is announced twice;
 - the transport sees none of the new session's handshake.
 
 The caller hears a gap, never a hang-up. With no backend left the transport is
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ from typing import Any, Protocol
 from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.remote.conversation import RemoteConversation
+from duplex_agent.agent.remote.function_calls import function_item
 from duplex_agent.agent.remote.self_acks import real_time_heard_ms
 from duplex_agent.agent.session.ledger import TextMark, text_heard_by
 from duplex_agent.agent.session.ports import AdmissionError, Conversation
@@ -67,6 +73,11 @@ class _Item:
     first_at: float | None = None
     heard_ms: float | None = None
     done: bool = False
+
+    #: A function call or its output, restated as it is (the other items are words), and for a
+    #: call whether its arguments came whole (a call cut off before that was never run).
+    wire: dict[str, Any] | None = None
+    whole: bool = False
 
     def heard_text(self, now: float) -> str:
         """The words heard (the ledger's ``text_heard_by``) by the ack, else by the time the audio had to play."""
@@ -123,12 +134,35 @@ class HeardHistory:
                 item.text = event.transcript
             elif isinstance(event, p.ResponseDone):
                 item.done = True
+        self._function_call_event(event)
         if isinstance(event, p.ConversationItemDeleted):
             self._items.pop(event.item_id, None)
         elif isinstance(event, p.ConversationItemTruncated) and event.item_id in self._items:
             self._items[event.item_id].heard_ms = event.audio_end_ms
 
+    def _function_call_event(self, event: p.ServerEvent) -> None:
+        """A call is history once its arguments are whole: from then on the edge may run it."""
+        if isinstance(event, p.ConversationItemAdded | p.ConversationItemDone) and \
+                (call := function_item(event.item)) is not None:
+            known = self._items.get(str(call["id"]))
+            if known is None:
+                known = _Item("function_call", wire=_restated_call(call))
+                self._add(str(call["id"]), known)
+            elif known.wire is None:  # its response's ``response.created`` named it as the reply's item
+                known.role, known.wire = "function_call", _restated_call(call)
+            if isinstance(event, p.ConversationItemDone):
+                known.whole = True
+                known.wire = _restated_call(call)
+        elif isinstance(event, p.ResponseFunctionCallArgumentsDone) and \
+                (known := self._items.get(event.item_id)) is not None and known.wire is not None:
+            known.wire["arguments"] = event.arguments
+            known.whole = True
+
     def client_event(self, event: p.ClientEvent) -> None:
+        if isinstance(event, p.ConversationItemCreate) and is_output(event):
+            output = dict(event.item)
+            item_id = str(output.setdefault("id", f"item_output_{uuid.uuid4().hex[:12]}"))
+            self._add(item_id, _Item("function_call_output", wire=output))
         if isinstance(event, p.PlaybackAck):
             item = self._items.get(event.item_id or "") or self._reply(event.response_id or "")
             if item is not None:
@@ -143,6 +177,10 @@ class HeardHistory:
         now = time.monotonic()
         out = []
         for item_id, item in self._items.items():
+            if item.wire is not None:
+                if item.whole or item.role != "function_call":
+                    out.append(item.wire)
+                continue
             text = item.heard_text(now).strip()
             if text:
                 kind = "text" if item.role == "assistant" else "input_text"
@@ -159,6 +197,16 @@ class Placement(Protocol):
 
     def lost(self, member: Any) -> None:
         """A conversation on ``member`` was lost with its host."""
+
+
+def is_output(event: p.ClientEvent) -> bool:
+    """A transport's ``function_call_output``: history restates it, so it is never carried as input."""
+    return isinstance(event, p.ConversationItemCreate) and event.item.get("type") == "function_call_output"
+
+
+def _restated_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {key: call[key] for key in ("id", "type", "call_id", "name", "arguments") if key in call} | \
+        {"status": "completed"}
 
 
 def _keep(events: deque[p.ClientEvent], event: p.ClientEvent) -> None:
@@ -304,7 +352,7 @@ class FailoverConversation(Conversation):
         self._replayed = {item["id"] for item in items}
         for n, item in enumerate(items):
             conversation.send(p.ConversationItemCreate(item, event_id=f"{_HISTORY}_{n}"))
-        carried = [*self._unconfirmed, *self._held]
+        carried = [event for event in (*self._unconfirmed, *self._held) if not is_output(event)]
         self._unconfirmed.clear()
         self._held = None
         for event in carried:
@@ -323,6 +371,8 @@ class FailoverConversation(Conversation):
         if isinstance(event, p.ConversationItemCreated) and event.item.get("id") in self._replayed:
             self._replayed.discard(str(event.item["id"]))
             return True
+        if isinstance(event, p.ConversationItemAdded | p.ConversationItemDone) and event.item.get("id") in self._replayed:
+            return True  # vLLM-Omni's echoes of a restated call or output
         return isinstance(event, p.ErrorEvent) and str(event.error.get("event_id") or "").startswith(_HISTORY)
 
     def _emit(self, event: p.ServerEvent) -> None:

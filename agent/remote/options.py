@@ -32,4 +32,8 @@ class RemoteOptions:
     #: A receipt (``session.heartbeat``) after this much input audio, so at most this much is of
     #: unknown fate when the socket drops (see ``outbox``).
     receipt_every_ms: float = 200.0
+    #: Whether the model calls tools, and answers their outputs by itself, where the server's own
+    #: word is not enough (None: as ``session.created`` says; see ``session.tool_capabilities``).
+    tools: bool | None = None
+    replies_to_tool_output: bool | None = None
 

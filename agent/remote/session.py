@@ -9,7 +9,7 @@ and the input rate under ``session.audio.input``. Both are read into one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from duplex_agent.agent.protocol.audio import INPUT_FORMATS, parse_audio_format
@@ -88,6 +88,13 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
         supports_resume=bool(caps.get("supports_session_resume", caps.get("supports_resume", False))),
         handles_overlap=bool(caps.get("handles_overlap", extended)),
         random_weights=bool(caps.get("random_weights", False)),
+        # vLLM-Omni names no tool capability. It carries tools for every plugin, but answers an output
+        # only by continuing the model's own stage request (its ``maybe_continue_response``): a plugin
+        # without a resumable request ends the turn at the output and refuses the ``response.create``
+        # after it (``response_create_without_input``), so its tool loop cannot close. Ours says both.
+        supports_tools=bool(caps.get("supports_tools", caps.get("supports_core_resumable_request", False))),
+        replies_to_tool_output=bool(caps.get("replies_to_tool_output",
+                                             caps.get("supports_core_resumable_request", False))),
     )
     token = data.get("resume_token")
     incarnation = data.get("incarnation")
@@ -100,6 +107,17 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
         incarnation=incarnation if isinstance(incarnation, int) else None,
         extended=extended,
     )
+
+
+def tool_capabilities(caps: DuplexCapabilities, *, tools: bool | None,
+                      replies_to_tool_output: bool | None) -> DuplexCapabilities:
+    """``caps`` with the operator's word on tools where given: a vLLM-Omni server does not say which
+    of its plugins calls them (Nemotron VoiceChat's does; MiniCPM-o's and PersonaPlex's ignore them)."""
+    if tools is not None:
+        caps = replace(caps, supports_tools=tools)
+    if replies_to_tool_output is not None:
+        caps = replace(caps, replies_to_tool_output=replies_to_tool_output)
+    return caps
 
 
 def translate_session_update(update: dict[str, Any], remote: RemoteSession) -> dict[str, Any]:

@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the rate of the model's audio output")
     parser.add_argument("--text-only", action="store_true", help="the model answers in text and never speaks")
     parser.add_argument("--words", type=int, default=3, help="words per reply (each ~0.3 s of audio)")
+    parser.add_argument("--tools", action="store_true",
+                        help="the model calls the session's tools (devtools.omni_peer.scripted_calls)")
+    parser.add_argument("--calls-per-reply", type=int, default=1, help="with --tools: calls per caller turn")
     parser.add_argument("--max-sessions", type=int, default=4)
     parser.add_argument("--disconnect-grace", type=float, default=30.0,
                         help="seconds a session waits for a resume after its socket drops")
@@ -55,7 +58,12 @@ async def serve(args: argparse.Namespace, workdir: str) -> None:
                                               disconnect_grace_s=args.disconnect_grace)
     record = EngineRecord(args.record)
     orchestrator_seams.install(PeerScript(sample_rate=args.sample_rate, text_only=args.text_only,
-                                          word_count=args.words), model_dir, record)
+                                          word_count=args.words, calls_per_reply=args.calls_per_reply),
+                               model_dir, record)
+    if args.tools:
+        from devtools.omni_peer import tool_seams
+
+        tool_seams.install()
     omni = DuplexOmni(model=model_dir, deploy_config=deploy_path, log_stats=False)
     # The checkpoint's HF processor is model data we do not have; the plugin asks it only for
     # a chat template, which the scripted model renders (and its thinker reads back).
@@ -71,8 +79,8 @@ async def serve(args: argparse.Namespace, workdir: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-    LOG.warning("vLLM-Omni peer serving on http://%s:%d (rate %d Hz%s)", args.host, args.port,
-                args.sample_rate, ", text only" if args.text_only else "")
+    LOG.warning("vLLM-Omni peer serving on http://%s:%d (rate %d Hz%s%s)", args.host, args.port,
+                args.sample_rate, ", text only" if args.text_only else "", ", calls tools" if args.tools else "")
     try:
         await server.serve()
     finally:
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         import silero_vad  # noqa: F401
         from vllm_omni.entrypoints.openai.api_server import router  # noqa: F401
 
-        from devtools.omni_peer import orchestrator_seams  # noqa: F401  (imports vLLM-Omni's engine)
+        from devtools.omni_peer import orchestrator_seams, tool_seams  # noqa: F401  (imports vLLM-Omni's engine)
         print("vLLM-Omni serving path imports")
         return 0
     if args.port is None:

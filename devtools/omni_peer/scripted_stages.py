@@ -30,6 +30,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm_omni.engine.stage_pool import StagePool
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput
 
+from devtools.omni_peer import scripted_calls
 from devtools.omni_peer.engine_record import EngineRecord
 from devtools.omni_peer.scripted_model import prompt_messages, reply_text, word_audio
 
@@ -46,6 +47,8 @@ class PeerScript:
     sample_rate: int = 24000
     text_only: bool = False
     word_count: int = 3
+    #: Calls the thinker makes per caller turn in a session with tools (``--tools``; see ``scripted_calls``).
+    calls_per_reply: int = 1
 
 
 @dataclass
@@ -121,10 +124,25 @@ class ScriptedEngineClient:
     # ---- the three engine cores ----
 
     async def _think(self, request: StageInput) -> None:
-        prompt = str((request.prompt or {}).get("prompt", ""))
+        given = request.prompt or {}
+        prompt = str(given.get("prompt", ""))
         index, text = reply_text(prompt, word_count=self.script.word_count)
+        outputs = given.get(scripted_calls.OUTPUTS_KEY)
+        answers = scripted_calls.outputs_for_turn(index, outputs) or scripted_calls.outputs_for_turn(index - 1, outputs)
+        calls = [] if answers else scripted_calls.calls_for_turn(
+            index, given.get(scripted_calls.TOOLS_KEY), given.get(scripted_calls.TOOL_CHOICE_KEY),
+            request_id=request.request_id, count=_count(given.get(scripted_calls.CALLS_KEY), self.script.calls_per_reply))
+        if answers:
+            text = f"reply {index} " + " ".join(answers)
+        elif calls:
+            # The model says it is looking, and calls while it speaks (as a voice agent does).
+            text = f"reply {index} {scripted_calls.PREAMBLE}"
         self.record.write(self.model_stage, request.request_id, "started", conversation=prompt_messages(prompt),
-                          reply=text)
+                          reply=text, calls=[call.as_dict() for call in calls])
+        if calls:
+            await asyncio.sleep(THINKER_STEP_S)
+            self.bus.put(0, _text_output(request.request_id, scripted_calls.encode_calls(calls), [999],
+                                         finished=False))
         self.bus.replies[request.request_id] = (index, text)
         words = text.split(" ")
         for position, word in enumerate(words):
@@ -136,7 +154,8 @@ class ScriptedEngineClient:
 
     async def _talk(self, request: StageInput) -> None:
         index, text = self.bus.replies.get(request.request_id, (1, ""))
-        words = [] if self.script.text_only else text.split(" ")[2:]  # "reply N" is not spoken
+        # "reply N" is not spoken, nor more than a reply's words (a long tool output stays text).
+        words = [] if self.script.text_only else text.split(" ")[2:2 + self.script.word_count]
         await asyncio.sleep(THINKER_STEP_S)
         codes = [index * 100 + position for position in range(len(words))]
         self.bus.put(1, _text_output(request.request_id, "", codes, finished=True))
@@ -182,6 +201,10 @@ def build_stage_pools(script: PeerScript, model_dir: str,
         pools.append(ScriptedStagePool(stage_id, ScriptedEngineClient(stage_id, script, bus, record),
                                        stage_vllm_config=SimpleNamespace(model_config=model_config)))
     return pools, bus
+
+
+def _count(asked: object, default: int) -> int:
+    return asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else default
 
 
 def _text_output(request_id: str, text: str, token_ids: list[int], *, finished: bool) -> RequestOutput:

@@ -95,12 +95,16 @@ class OmniPeer(Process):
     health_path = "/health"
 
     def __init__(self, port: int, log_path: Path, *, sample_rate: int = 24000, text_only: bool = False,
-                 words: int = 3, disconnect_grace_s: float = 30.0, max_sessions: int = 4) -> None:
+                 words: int = 3, disconnect_grace_s: float = 30.0, max_sessions: int = 4, tools: bool = False,
+                 calls_per_reply: int = 1) -> None:
+        """``tools``: the model calls the session's tools (devtools.omni_peer.scripted_calls)."""
         argv = [str(OMNI_PYTHON), "-m", "devtools.omni_peer", "--port", str(port), "--sample-rate",
                 str(sample_rate), "--words", str(words), "--disconnect-grace", str(disconnect_grace_s),
-                "--max-sessions", str(max_sessions)]
+                "--max-sessions", str(max_sessions), "--calls-per-reply", str(calls_per_reply)]
         if text_only:
             argv.append("--text-only")
+        if tools:
+            argv.append("--tools")
         self.record_path = log_path.with_suffix(".record.jsonl")
         super().__init__(argv + ["--record", str(self.record_path)], port, log_path)
 

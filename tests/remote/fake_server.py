@@ -50,6 +50,30 @@ def response_done(response_id: str, status: str = "completed", reason: str | Non
             "response": {"id": response_id, "object": "realtime.response", "status": status, "status_details": details}}
 
 
+def function_call_messages(response_id: str, item_id: str, call_id: str, name: str = "get_weather",
+                           arguments: str = '{"city":"Paris"}', previous_item_id: str | None = None
+                           ) -> list[dict[str, Any]]:
+    """A model's call as vLLM-Omni 0.30.0 projects ``function_call.done`` (``realtime_events``): a
+    response of its own, its ``response.created`` naming no item (shapes seen from the real server)."""
+    item = {"id": item_id, "object": "realtime.item", "type": "function_call", "status": "completed", "name": name,
+            "call_id": call_id, "arguments": arguments}
+    response = {"id": response_id, "object": "realtime.response", "status": "completed",
+                "status_details": {"type": "completed", "reason": "completed"}, "output": [item], "metadata": {}}
+    scoped = {"response_id": response_id, "item_id": item_id, "output_index": 0, "call_id": call_id}
+    return [
+        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []},
+         "response_id": response_id},
+        {"type": "conversation.item.added", "previous_item_id": previous_item_id, "item": item},
+        {"type": "conversation.item.created", "previous_item_id": previous_item_id, "item": item},
+        {"type": "response.output_item.added", "response_id": response_id, "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.delta", **scoped, "delta": arguments},
+        {"type": "response.function_call_arguments.done", **scoped, "arguments": arguments},
+        {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": item},
+        {"type": "conversation.item.done", "previous_item_id": previous_item_id, "item": item},
+        {"type": "response.done", "response": response, "response_id": response_id},
+    ]
+
+
 class FakeSession:
     """Server-side state of one session, which outlives a socket (for resume)."""
 
