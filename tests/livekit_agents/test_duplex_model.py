@@ -252,6 +252,14 @@ async def test_an_agents_function_tool_answers_the_callers_question(livekit_serv
 
 
 @pytest.mark.slow
+async def test_an_agents_function_tool_answers_through_a_serve_process(livekit_server, start_serve, start_app):
+    # the same model behind our realtime websocket: the call and its output cross the wire
+    backend = await start_serve(plugin=WEATHER_PLUGIN)
+    worker = await start_app(DUPLEX_TEST_URL=backend.realtime_url, DUPLEX_TEST_TOOLS="1")
+    await _weather_exchange(livekit_server, worker, "room-tools-url")
+
+
+@pytest.mark.slow
 async def test_a_spoken_weather_question_is_answered_with_the_agents_tool_by_the_reference_model(livekit_server,
                                                                                                start_app):
     # the reference model's replies from an OpenAI-compatible chat endpoint that calls tools
