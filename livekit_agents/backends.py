@@ -37,6 +37,15 @@ class RemoteModelBackend:
         """The server's model, once a session has opened on it (the server says in ``session.created``)."""
         return self.backend.capabilities if self.backend.started else None
 
+    def tool_facts(self) -> tuple[bool | None, bool | None]:
+        """Whether the model calls tools, and answers their outputs by itself: the server's word once
+        known, before that the operator's (``RemoteOptions.tools``, ``replies_to_tool_output``: a
+        vLLM-Omni server names no such capability), else None."""
+        if self.backend.started:
+            known = self.backend.capabilities
+            return known.supports_tools, known.replies_to_tool_output
+        return self.backend.options.tools, self.backend.options.replies_to_tool_output
+
     async def open(self) -> Conversation:
         return await self.backend.open()
 
@@ -56,6 +65,11 @@ class InProcessBackend:
         self.plugin = plugin
         self.options = dict(options)
         self._key = json.dumps([plugin, self.options], sort_keys=True, default=repr)
+
+    def tool_facts(self) -> tuple[bool | None, bool | None]:
+        """Whether the plugin calls tools, and answers their outputs by itself (known from the start)."""
+        known = self.known_capabilities
+        return (None, None) if known is None else (known.supports_tools, known.replies_to_tool_output)
 
     def shared(self) -> DuplexBackend:
         """The process's backend for this plugin and options, loading it on first use (blocks)."""

@@ -21,7 +21,6 @@ from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.livekit_agents.backends import InProcessBackend, RemoteModelBackend
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.session import DuplexAgentSession, SessionPlan
-from duplex_agent.plugins.contract import DuplexCapabilities
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
@@ -29,13 +28,13 @@ if TYPE_CHECKING:
 API_KEY_ENV = "DUPLEX_API_KEY"
 
 
-def livekit_capabilities(backend: DuplexCapabilities | None) -> llm.DuplexCapabilities:
-    """What a duplex-agent backend can do, as livekit-agents asks it; ``backend`` is its model's
-    capabilities where known (None: a server no session has opened on yet)."""
+def livekit_capabilities(replies_to_tool_output: bool | None) -> llm.DuplexCapabilities:
+    """What a duplex-agent backend can do, as livekit-agents asks it; ``replies_to_tool_output``
+    as far as the backend's model is known (None: a server no session has opened on yet)."""
     return llm.DuplexCapabilities(
         user_transcription=True,
         # the model answers its tools' outputs by itself, or waits for response.create
-        auto_tool_reply_generation=backend is not None and backend.replies_to_tool_output,
+        auto_tool_reply_generation=bool(replies_to_tool_output),
         mutable_chat_context=True,  # text messages and tool outputs, as conversation.item.create
         mutable_instructions=True,  # session.update
         mutable_tools=True,  # session.update; a model that cannot call tools refuses them (ToolsUnsupportedError)
@@ -50,7 +49,9 @@ class DuplexModel(llm.DuplexModel):
         ``api_key`` defaults to ``DUPLEX_API_KEY``; ``session`` (the wire's ``session.update``
         fields, ours or vLLM-Omni's) is merged into every session's first ``session.update``;
         its ``overlap_policy`` ("barge_in", the default, or "listen") is also the edge's.
-        ``options``: the client's timeouts (``agent.remote.conversation.RemoteOptions``).
+        ``options``: the client's timeouts (``agent.remote.conversation.RemoteOptions``), and, for a
+        vLLM-Omni server, which names no tool capability, whether its model calls tools and answers
+        their outputs by itself (``RemoteOptions(tools=True, replies_to_tool_output=...)``).
         """
         backend = RemoteModelBackend(url, api_key=os.environ.get(API_KEY_ENV, "") if api_key is None else api_key,
                                      session=dict(session or {}), options=options)
@@ -75,7 +76,7 @@ class DuplexModel(llm.DuplexModel):
     def _setup(self, backend: RemoteModelBackend | InProcessBackend, session: dict[str, Any] | None, *,
                name: str, opening_update: dict[str, Any]) -> None:
         """What both constructors set: the one place a new attribute goes."""
-        llm.DuplexModel.__init__(self, capabilities=livekit_capabilities(backend.known_capabilities))
+        llm.DuplexModel.__init__(self, capabilities=livekit_capabilities(backend.tool_facts()[1]))
         session = session or {}
         self.overlap_policy = str(session.get("overlap_policy", "barge_in"))
         self.turn_detection = session.get("turn_detection")
@@ -89,17 +90,18 @@ class DuplexModel(llm.DuplexModel):
     @property
     def capabilities(self) -> llm.DuplexCapabilities:
         """As the backend's model has them: an in-process plugin's from the start, a server's once a
-        session has opened on it. livekit-agents reads them as an AgentSession is built; one built
-        before a server is known is told its model waits to be asked to answer tool outputs, and
-        where the model answers by itself, that answer is taken as the one asked for."""
-        return livekit_capabilities(self._backend.known_capabilities)
+        session has opened on it (before that, ``RemoteOptions``' word). livekit-agents reads them
+        as an AgentSession is built; one built before a server is known is told its model waits to
+        be asked to answer tool outputs, and where the model answers by itself, that answer is taken
+        as the one asked for."""
+        return livekit_capabilities(self._backend.tool_facts()[1])
 
     @property
     def calls_tools(self) -> bool | None:
         """Whether the model can call an Agent's tools (one that cannot refuses them with
-        ``ToolsUnsupportedError``); None for a server no session has opened on yet."""
-        known = self._backend.known_capabilities
-        return None if known is None else known.supports_tools
+        ``ToolsUnsupportedError``); None for a server no session has opened on yet, unless
+        ``RemoteOptions(tools=...)`` says."""
+        return self._backend.tool_facts()[0]
 
     @property
     def model(self) -> str:

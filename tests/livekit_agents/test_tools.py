@@ -13,6 +13,7 @@ import pytest
 from livekit.agents import Agent, AgentSession, function_tool, llm
 
 from duplex_agent.agent.protocol import events as p
+from duplex_agent.agent.remote.options import RemoteOptions
 from duplex_agent.livekit_agents import DuplexModel, ToolsUnsupportedError
 from duplex_agent.livekit_agents.gate import ResponseGate
 from duplex_agent.livekit_agents.model_calls import ModelCalls
@@ -201,6 +202,11 @@ def test_auto_tool_reply_generation_is_the_backends_truth():
     assert not model.capabilities.auto_tool_reply_generation  # asked, until the server is known
     unknown.known_capabilities = dataclasses.replace(TOOL_CAPS, replies_to_tool_output=True)
     assert model.capabilities.auto_tool_reply_generation  # the next AgentSession is told
+    # a vLLM-Omni server names no tool capability: the app's word stands until a session says otherwise
+    remote = DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1",
+                         options=RemoteOptions(tools=True, replies_to_tool_output=True))
+    assert remote.calls_tools is True and remote.capabilities.auto_tool_reply_generation
+    assert DuplexModel("ws://127.0.0.1:9/v1/realtime?duplex=1").calls_tools is None
 
 
 async def test_an_agent_session_runs_the_tool_sends_its_output_and_asks_for_the_answer():

@@ -28,6 +28,9 @@ class ScriptedBackend:
         self.known_capabilities = self.backend.capabilities
         self.sent: list[p.ClientEvent] = []
 
+    def tool_facts(self) -> tuple[bool | None, bool | None]:
+        return self.known_capabilities.supports_tools, self.known_capabilities.replies_to_tool_output
+
     async def open(self):
         conversation = await self.backend.open()
         send = conversation.send

@@ -22,6 +22,10 @@ class OneConversationBackend:
         self.known_capabilities = capabilities if known else None
         self.opened = 0
 
+    def tool_facts(self) -> tuple[bool | None, bool | None]:
+        known = self.known_capabilities
+        return (None, None) if known is None else (known.supports_tools, known.replies_to_tool_output)
+
     async def open(self) -> FakeConversation:
         self.opened += 1
         return self.conversation
