@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
-_NUMBERS = {word: str(n) for n, word in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty".split())}
+_NUMBERS = {word: str(n) for n, word in enumerate((
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+))}
 _NUMBERS.update({"thirty": "30", "forty": "40", "fifty": "50", "hundred": "100"})
 # Two to ten in German, French and Spanish ("one" is left out: there it is also an article).
 for _words in ("zwei drei vier fünf sechs sieben acht neun zehn", "deux trois quatre cinq six sept huit neuf dix",
