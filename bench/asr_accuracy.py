@@ -24,7 +24,9 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -148,6 +150,30 @@ def other_languages(model: str, quick: bool) -> dict[str, float]:
     return rates
 
 
+def add_model(report: Report, model: str, heard: list[Heard], base: list[Heard] | None, beside: str, turn: str,
+              *, voices: int) -> None:
+    """The model's figures, each beside tiny.en's on the same clips (``base``) where it is not tiny.en."""
+    def line(hs: list[Heard], name: str) -> list[Heard]:
+        return [h for h in hs if h.clip.line == name]
+
+    def both(figure: str, title: str, measure: Callable[[list[Heard]], float],
+             pick: Callable[[list[Heard]], list[Heard]] = list, **kwargs: Any) -> None:
+        report.add(f"asr.{model}.{figure}", title + beside, measure(pick(heard)),
+                   floor=None if base is None else measure(pick(base)), n=len(pick(heard)), area="models", **kwargs)
+
+    both("wer", f"ASR word error rate, Whisper {model}, {voices} voices, clean and through a phone line", wer_of,
+         unit="%", digits=1)
+    both("wer_clean", f"ASR word error rate, clean, Whisper {model}", wer_of, lambda hs: line(hs, "clean"),
+         unit="%", digits=1)
+    both("wer_phone", f"ASR word error rate through a phone line, Whisper {model}", wer_of,
+         lambda hs: line(hs, "phone"), unit="%", digits=1)
+    both("exact", f"requests heard word for word, Whisper {model}", exact_of, unit="%", digits=1)
+    both("turn_p50", f"{turn}, Whisper {model}, wall p50", lambda hs: statistics.median(h.wall_ms for h in hs),
+         unit="ms", compare="ratio", digits=2)
+    both("turn_cpu_p50", f"{turn}, Whisper {model}, CPU time p50", lambda hs: statistics.median(h.cpu_ms for h in hs),
+         unit="ms", compare="ratio", digits=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.asr_accuracy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,34 +208,15 @@ def main(argv: list[str] | None = None) -> int:
             languages[model] = other_languages(model, args.quick)
 
     floor = results.get(FLOOR_MODEL)
-    turn = f"one turn of {statistics.median(lengths):.1f} s (p50) transcribed"
+    turn = f"one turn of {statistics.median(lengths):.1f} s (p50) transcribed on one thread"
     for model, heard in results.items():
-        is_floor = model == FLOOR_MODEL
-        base = None if is_floor else floor
-        of = (lambda f, hs: f(hs) if hs else None)  # noqa: E731
-        phone = [h for h in heard if h.clip.line == "phone"]
-        report.add(f"asr.{model}.wer", f"ASR word error rate, Whisper {model}, {len(voices)} voices, clean and phone "
-                   f"line; floor: {FLOOR_MODEL}", wer_of(heard), floor=of(wer_of, base), unit="%", n=len(heard),
-                   area="models", digits=1)
-        report.add(f"asr.{model}.wer_phone", f"ASR word error rate through a phone line, Whisper {model}; "
-                   f"floor: {FLOOR_MODEL}", wer_of(phone),
-                   floor=of(wer_of, [h for h in base if h.clip.line == "phone"] if base else None),
-                   unit="%", n=len(phone), area="models", digits=1)
-        report.add(f"asr.{model}.exact", f"requests heard word for word, Whisper {model}; floor: {FLOOR_MODEL}",
-                   exact_of(heard), floor=of(exact_of, base), unit="%", n=len(heard), area="models", digits=1)
-        walls = lambda hs: statistics.median(h.wall_ms for h in hs)  # noqa: E731
-        cpus = lambda hs: statistics.median(h.cpu_ms for h in hs)  # noqa: E731
-        report.add(f"asr.{model}.turn_p50", f"{turn}, Whisper {model}, one thread, wall p50; floor: {FLOOR_MODEL}",
-                   walls(heard), floor=of(walls, base), unit="ms", n=len(heard), area="models", compare="ratio",
-                   digits=0)
-        report.add(f"asr.{model}.turn_cpu_p50", f"{turn}, Whisper {model}, CPU time p50; floor: {FLOOR_MODEL}",
-                   cpus(heard), floor=of(cpus, base), unit="ms", n=len(heard), area="models", compare="ratio",
-                   digits=0)
+        base = None if model == FLOOR_MODEL else floor
+        beside = "" if base is None else f"; floor: {FLOOR_MODEL}"
+        add_model(report, model, heard, base, beside, turn, voices=len(voices))
         for language, rate in languages.get(model, {}).items():
-            count = sum(len(r) for _, code, r in OTHER_LANGUAGES if code == language)
+            count = sum(len(r[: 2 if args.quick else None]) for _, code, r in OTHER_LANGUAGES if code == language)
             report.add(f"asr.{model}.wer_{language}", f"ASR word error rate in {language} (espeak-ng, clean, the "
-                       f"language given), Whisper {model}", rate, unit="%", n=2 if args.quick else count,
-                       area="models", digits=1, compare="beyond_floor")
+                       f"language given), Whisper {model}", rate, unit="%", n=count, area="models", digits=1)
     if not results:
         print("no model could be loaded", file=sys.stderr)
         return 1
