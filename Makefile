@@ -23,7 +23,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Reinstall when the project's requirements change. `run` takes the livekit extra too (about
-# 11 s and 130 MB beside the reference model's 730 MB), so `start` and `dev` work after it.
+# 11 s and 130 MB beside the reference model's 880 MB), so `start` and `dev` work after it.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	$(PIP_INSTALL) -e '.[reference,livekit]'
 	@$(PIP_CHECK)

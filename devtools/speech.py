@@ -68,6 +68,27 @@ def pause_inside(audio: np.ndarray, rate: int, at: float, pause_ms: float) -> np
     return np.concatenate([audio[:cut], np.zeros(int(rate * pause_ms / 1000), np.float32), audio[cut:]])
 
 
+def phone_line(audio: np.ndarray, rate: int, *, snr_db: float = 20.0, seed: int = 0) -> np.ndarray:
+    """``audio`` as a narrowband phone call carries it: hiss ``snr_db`` below the speech, the
+    300-3400 Hz band, G.711 mu-law at 8 kHz, then back at ``rate``. The same ``seed`` gives the
+    same hiss, so a clip set is the same in every run."""
+    line_rate = 8000
+    narrow = soxr.resample(audio.astype(np.float32), rate, line_rate).astype(np.float64)
+    frame = line_rate // 100
+    frames = narrow[: narrow.size // frame * frame].reshape(-1, frame)
+    energy = np.sqrt(np.mean(frames**2, axis=1)) if frames.size else np.zeros(1)
+    speech_rms = float(np.sqrt(np.mean(energy[energy > 0.01] ** 2))) if np.any(energy > 0.01) else 0.0
+    hiss = np.random.default_rng(seed).standard_normal(narrow.size) * speech_rms * 10 ** (-snr_db / 20)
+    spectrum = np.fft.rfft(narrow + hiss)
+    freqs = np.fft.rfftfreq(narrow.size, 1 / line_rate)
+    spectrum[(freqs < 300) | (freqs > 3400)] = 0
+    banded = np.clip(np.fft.irfft(spectrum, narrow.size), -1, 1)
+    mu = 255.0  # G.711: 8-bit codes on a logarithmic scale
+    codes = np.round(np.sign(banded) * np.log1p(mu * np.abs(banded)) / np.log1p(mu) * 127) / 127
+    decoded = np.sign(codes) * np.expm1(np.abs(codes) * np.log1p(mu)) / mu
+    return soxr.resample(decoded.astype(np.float32), line_rate, rate).astype(np.float32)
+
+
 def transcribe(samples: np.ndarray, rate: int) -> str:
     from duplex_agent.plugins.reference.asr import WhisperRecognizer
 

