@@ -66,8 +66,9 @@ HEAR_BEFORE_INTERRUPTING_MS = 300.0
 #: Silence before a question said on its own; between an interruption's last sound and the next question.
 QUESTION_LEAD_MS = 200.0
 INTERRUPTION_GAP_MS = 100.0
-#: The scripted reply is 1000 ms of tone; heard this much of it, it was not cut short.
-REPLY_PLAYED_OUT_MS = 900.0
+#: The scripted reply is 1000 ms of tone (``--reply-ms``); heard all but this much of it, it was not cut short.
+REPLY_MS = 1000.0
+PLAYED_OUT_MARGIN_MS = 100.0
 #: The LiveKit caller's AudioSource queue: short, so a frame goes out soon after it is made.
 MIC_QUEUE_MS = 40
 
@@ -206,12 +207,20 @@ class Caller:
         #: (only where the reply was cut short, not where it had played out).
         self.heard_stop_ms: list[float] = []
         self.played_out = 0  # interruptions after which the reply still played to its end
+        #: Interruptions after which the caller heard no stop within 3 s, nor the reply play out: how much of
+        #: the reply it had heard by then, and when the worker said it cut the reply (ms after the onset;
+        #: None where it did not say, or the transport does not tell).
+        self.missed: list[dict[str, float | None]] = []
         #: The question's end handed to the transport -> the reply's first loud frame heard
         #: (the worker's 500 ms end-of-turn silence included).
         self.reply_after_ms: list[float] = []
         #: Wall-clock time (time.time()) each interruption's onset was handed to the transport.
         self.onsets_wall: list[float] = []
         self.figures: dict[str, object] = {}  # the worker's own call figures, where the transport carries them
+        self.reply_ms = REPLY_MS  # the worker's reply, as long as it plays when nobody talks over it
+        #: How the call ended before this caller hung up (a connection state; None: it did not), where the
+        #: transport tells.
+        self.dropped: str | None = None
         #: The text of each turn said whose reply was awaited (heard, or given up on), in order.
         self.said: list[str] = []
         #: What the worker heard this caller say: its user transcripts (LiveKit only).
@@ -279,13 +288,19 @@ class Caller:
                     lambda o=onset: self.ear.quiet_since is not None and self.ear.quiet_since >= o
                     and self.ear.quiet_run_ms >= 100, 3.0, stop):
                 assert self.ear.quiet_since is not None
-                # The reply is 1 s of tone: near all of it heard means it played out, the barge-in missed it.
-                if self.ear.loud_ms - reply_from < REPLY_PLAYED_OUT_MS:
+                # Near all of the reply heard means it played out: the barge-in missed it.
+                if self.ear.loud_ms - reply_from < self.reply_ms - PLAYED_OUT_MARGIN_MS:
                     self.heard_stop_ms.append(1000.0 * (self.ear.quiet_since - onset))
                 else:
                     self.played_out += 1
+            elif onset is not None and not stop.is_set():
+                self.missed.append({"heard_ms": round(self.ear.loud_ms - reply_from), "cut_ms": self.cut_after(onset)})
             report()
             reply_from = self.ear.loud_ms
+
+    def cut_after(self, onset: float) -> float | None:
+        """When the worker said it cut the reply after ``onset`` (ms after it), where the transport tells."""
+        return None
 
     def summary(self) -> dict[str, object]:
         return {
@@ -299,8 +314,10 @@ class Caller:
             "no_reply": self.no_reply,
             "heard_stop_ms": [round(v, 1) for v in self.heard_stop_ms],
             "played_out": self.played_out,
+            "missed": self.missed,
             "reply_after_ms": [round(v, 1) for v in self.reply_after_ms],
             "onsets_wall": [round(v, 4) for v in self.onsets_wall],
+            "dropped": self.dropped,
             "worker_figures": self.figures,
             "said": self.said,
             "heard": self.heard,
@@ -411,6 +428,20 @@ class DirectCaller(Caller):
         self.url = url
         self.address = address
         self.peer = CallerPeer(PlayoutTrack(self.mic.next_frame), on_frame=self.ear.hear)
+        self._hanging_up = False
+        self.peer.pc.on("connectionstatechange", self._state_changed)
+
+    def _state_changed(self) -> None:
+        state = self.peer.pc.connectionState
+        if state in ("failed", "closed") and not self._hanging_up and self.dropped is None:
+            self.dropped = state
+
+    def cut_after(self, onset: float) -> float | None:
+        for at, event in self.peer.events:
+            if at >= onset and (event.get("type") == "output_audio_buffer.cleared" or (
+                    event.get("type") == "response.done" and event.get("status") == "cancelled")):
+                return round(1000.0 * (at - onset), 1)
+        return None
 
     async def connect(self) -> None:
         import aiohttp
@@ -424,6 +455,7 @@ class DirectCaller(Caller):
             self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
 
     async def close(self) -> None:
+        self._hanging_up = True
         await self.peer.close()
         await super().close()
         reported = self.peer.events_since(0, "metrics")  # the worker's call figures, the latest
@@ -456,6 +488,13 @@ def load_speech(path: str = "") -> dict[str, np.ndarray]:
 
 
 def make_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> list[Caller]:
+    callers = _transport_callers(args, speech)
+    for caller in callers:
+        caller.reply_ms = args.reply_ms
+    return callers
+
+
+def _transport_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> list[Caller]:
     if args.transport == "livekit":
         tag = args.room_prefix or f"bench-{uuid.uuid4().hex[:6]}"
         callers: list[Caller] = []
@@ -521,6 +560,8 @@ def main() -> None:
     parser.add_argument("--ice-address", default="", help="direct: local address for ICE (default: this machine's interface)")
     parser.add_argument("--speech", default="", help=".npz of the phrases at 48 kHz (default: Piper says them now)")
     parser.add_argument("--seconds", type=float, default=60.0, help="most seconds to run")
+    parser.add_argument("--reply-ms", type=float, default=REPLY_MS,
+                        help="how long the worker's reply plays when nobody talks over it (the scripted model's: 1000)")
     parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
