@@ -7,7 +7,8 @@ same loop until told to stop:
 1. say a Piper question;
 2. wait until it has heard ~300 ms of the agent's reply;
 3. say a short interruption (the agent should stop at once: an edge barge-in) that runs
-   straight on into the next question, as one user turn; back to 2.
+   straight on into the next question, as one user turn; once it is said and the cut reply's
+   last audio has been heard (a short quiet), back to 2.
 
 Not waiting for a separate answer to the interruption halves each trial (~3 s instead of ~6 s),
 so a run gets its barge-in trials while the machine still has cores to spare.
@@ -63,6 +64,9 @@ QUIET_RMS = 0.01
 #: Where the caller's own sound starts: the first 5 ms block over -40 dBFS.
 ONSET_RMS = 0.01
 HEAR_BEFORE_INTERRUPTING_MS = 300.0
+#: The next reply starts after the caller's turn and the worker's end-of-turn silence (500 ms); audio heard
+#: before a quiet this long is the cut reply's tail, still on its way (seconds of it on a starved machine).
+NEXT_REPLY_QUIET_MS = 300.0
 #: Silence before a question said on its own; between an interruption's last sound and the next question.
 QUESTION_LEAD_MS = 200.0
 INTERRUPTION_GAP_MS = 100.0
@@ -207,10 +211,11 @@ class Caller:
         #: (only where the reply was cut short, not where it had played out).
         self.heard_stop_ms: list[float] = []
         self.played_out = 0  # interruptions after which the reply still played to its end
-        #: Interruptions after which the caller heard no stop within 3 s, nor the reply play out: how much of
-        #: the reply it had heard by then, and when the worker said it cut the reply (ms after the onset;
-        #: None where it did not say, or the transport does not tell).
-        self.missed: list[dict[str, float | None]] = []
+        #: Interruptions after which the caller heard no stop within 3 s, nor the reply play out: their onsets,
+        #: and how much of the reply had been heard by then (the summary adds when the worker said it cut
+        #: the reply, before the next interruption).
+        self._missed: list[tuple[float, float]] = []
+        self._onsets: list[float] = []  # each interruption's onset, this process's clock
         #: The question's end handed to the transport -> the reply's first loud frame heard
         #: (the worker's 500 ms end-of-turn silence included).
         self.reply_after_ms: list[float] = []
@@ -283,6 +288,7 @@ class Caller:
             await until(lambda: self.mic.onset_sent_at is not None, 2.0, stop)
             onset = self.mic.onset_sent_at
             if onset is not None:
+                self._onsets.append(onset)
                 self.onsets_wall.append(time.time() - (time.perf_counter() - onset))
             if onset is not None and await until(
                     lambda o=onset: self.ear.quiet_since is not None and self.ear.quiet_since >= o
@@ -294,13 +300,24 @@ class Caller:
                 else:
                     self.played_out += 1
             elif onset is not None and not stop.is_set():
-                self.missed.append({"heard_ms": round(self.ear.loud_ms - reply_from), "cut_ms": self.cut_after(onset)})
+                self._missed.append((onset, self.ear.loud_ms - reply_from))
             report()
+            await until(lambda: not self.mic.busy and self.ear.quiet_run_ms >= NEXT_REPLY_QUIET_MS, 10.0, stop)
             reply_from = self.ear.loud_ms
 
-    def cut_after(self, onset: float) -> float | None:
-        """When the worker said it cut the reply after ``onset`` (ms after it), where the transport tells."""
+    def cut_after(self, onset: float, before: float) -> float | None:
+        """When the worker said it cut a reply between ``onset`` and ``before`` (ms after the onset), where the
+        transport tells."""
         return None
+
+    def _misses(self) -> list[dict[str, float | None]]:
+        """Each missed interruption: the reply heard by the end of its 3 s, and when the worker said it cut
+        the reply (ms after the onset; None: not before the next interruption, or the transport does not tell)."""
+        found = []
+        for onset, heard_ms in self._missed:
+            later = [o for o in self._onsets if o > onset]
+            found.append({"heard_ms": round(heard_ms), "cut_ms": self.cut_after(onset, min(later, default=float("inf")))})
+        return found
 
     def summary(self) -> dict[str, object]:
         return {
@@ -314,7 +331,7 @@ class Caller:
             "no_reply": self.no_reply,
             "heard_stop_ms": [round(v, 1) for v in self.heard_stop_ms],
             "played_out": self.played_out,
-            "missed": self.missed,
+            "missed": self._misses(),
             "reply_after_ms": [round(v, 1) for v in self.reply_after_ms],
             "onsets_wall": [round(v, 4) for v in self.onsets_wall],
             "dropped": self.dropped,
@@ -436,9 +453,9 @@ class DirectCaller(Caller):
         if state in ("failed", "closed") and not self._hanging_up and self.dropped is None:
             self.dropped = state
 
-    def cut_after(self, onset: float) -> float | None:
+    def cut_after(self, onset: float, before: float) -> float | None:
         for at, event in self.peer.events:
-            if at >= onset and (event.get("type") == "output_audio_buffer.cleared" or (
+            if onset <= at < before and (event.get("type") == "output_audio_buffer.cleared" or (
                     event.get("type") == "response.done" and event.get("status") == "cancelled")):
                 return round(1000.0 * (at - onset), 1)
         return None
@@ -456,6 +473,10 @@ class DirectCaller(Caller):
 
     async def close(self) -> None:
         self._hanging_up = True
+        if self.peer.channel.readyState == "open":  # the worker's figures of the call as it ends, not 5 s before
+            mark = len(self.peer.events)
+            self.peer.send({"type": "metrics.request"})
+            await self.peer.until(lambda: self.peer.events_since(mark, "metrics"), 5.0)
         await self.peer.close()
         await super().close()
         reported = self.peer.events_since(0, "metrics")  # the worker's call figures, the latest
