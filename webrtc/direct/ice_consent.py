@@ -216,7 +216,7 @@ class ConsentKeeper:
         if self.lost is not None:
             return
         self.lost = lost
-        logger.warning("ICE consent lost on %s: %s", self.connection, lost)
+        logger.info("ICE consent lost on %s: %s", self.connection, lost)  # the owner says what it ends
         if self._on_lost is not None:
             try:
                 self._on_lost(lost)
