@@ -193,9 +193,10 @@ async def test_a_caller_that_stops_answering_consent_checks_ends_its_own_call_wi
         await until(lambda: watched and all(k.answers >= 2 for k in watched), 20, "the worker's checks answered")
         for keeper in ice_consent.keep_consent(silent.pc):  # the caller's connections (kept already)
             keeper.connection.request_received = lambda *args: None
+        errors = lambda: [m["error"]["code"] for m in silent.messages if m.get("type") == "error"]  # noqa: E731
+        await until(errors, 20, "the reason, on the data channel (which still reaches the caller)")
+        assert errors() == [CONSENT_EXPIRED]
         await until(lambda: silent.pc_id not in sessions, 20, "the worker to end the silent caller's call")
-        errors = [m["error"] for m in silent.messages if m.get("type") == "error"]
-        assert [e["code"] for e in errors] == [CONSENT_EXPIRED]  # the data channel still reached it
         assert _sample("duplex_errors_total", code=CONSENT_EXPIRED) == before + 1
         await until(lambda: backend.conversations[0].closed_reason is not None, 10, "its conversation to close")
         assert backend.conversations[0].closed_reason == CONSENT_EXPIRED

@@ -226,13 +226,19 @@ class ConsentKeeper:
             self._lost_signal.set_result(None)
 
 
-def _ice_transports(pc: RTCPeerConnection) -> list[RTCIceTransport]:
-    found: dict[int, RTCIceTransport] = {}
+def ice_connections(pc: RTCPeerConnection) -> list[Connection]:
+    """The aioice connections of ``pc``'s ICE transports (one, when bundled), from aiortc's ``_connection``."""
+    found: dict[int, Connection] = {}
     dtls = [t.receiver.transport for t in pc.getTransceivers()]
     if pc.sctp is not None:
         dtls.append(pc.sctp.transport)
     for transport in dtls:
-        found.setdefault(id(transport.transport), transport.transport)
+        ice: RTCIceTransport = transport.transport
+        connection = getattr(ice, "_connection", None)
+        if not isinstance(connection, Connection):
+            raise ConsentHookUnavailable("aiortc's RTCIceTransport has no aioice connection at _connection: "
+                                         "see webrtc.private_internals")
+        found.setdefault(id(connection), connection)
     return list(found.values())
 
 
@@ -244,11 +250,7 @@ def keep_consent(pc: RTCPeerConnection, on_lost: Callable[[ConsentLost], None] |
     before ICE completes; again after a renegotiation. Returns the keepers of all of them.
     """
     keepers = []
-    for ice in _ice_transports(pc):
-        connection = getattr(ice, "_connection", None)
-        if not isinstance(connection, Connection):
-            raise ConsentHookUnavailable("aiortc's RTCIceTransport has no aioice connection at _connection: "
-                                         "see webrtc.private_internals")
+    for connection in ice_connections(pc):
         keeper = _KEEPERS.get(connection)
         if keeper is None:
             keeper = _KEEPERS[connection] = ConsentKeeper(connection, on_lost, expiry_s=expiry_s)

@@ -9,7 +9,7 @@ why on the data channel (``error`` ``media_timeout``, then ``session.closed`` wi
 that reason) and the call ends; packets that return sooner keep the call.
 
 ICE consent freshness on the peer's connection is ours (``ice_consent``, started by
-``keep_consent`` once the offer is set): checks the caller leaves unanswered for
+``watch_transport`` once the offer is set): checks the caller leaves unanswered for
 ``consent_expiry_s`` end the call (``error`` ``consent_expired``, the reason in the log and
 counted in /metrics), and answers held up by a busy loop, the caller's or ours, still count.
 """
@@ -40,6 +40,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
+from duplex_agent.webrtc.direct.datagram_guard import EmptyDatagramGuard, drop_empty_datagrams
 from duplex_agent.webrtc.direct.ice_consent import CONSENT_EXPIRY_S, ConsentKeeper, ConsentLost, keep_consent
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
@@ -91,6 +92,7 @@ class PeerSession:
         self._media_watch: MediaWatchdog | None = None
         self.consent_expiry_s = consent_expiry_s
         self.consent: list[ConsentKeeper] = []
+        self.datagram_guards: list[EmptyDatagramGuard] = []
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
@@ -138,9 +140,11 @@ class PeerSession:
             await self.pc.close()
             ACTIVE_SESSIONS.labels(transport=TRANSPORT).dec()
 
-    def keep_consent(self) -> None:
-        """Once the caller's offer is set: ICE consent on this peer's connections is judged by ``ice_consent``."""
+    def watch_transport(self) -> None:
+        """Once the caller's offer is set: ICE consent on this peer's connections is judged by
+        ``ice_consent``, and the datagrams aiortc must not see are dropped (``datagram_guard``)."""
         self.consent = keep_consent(self.pc, self._consent_lost, expiry_s=self.consent_expiry_s)
+        self.datagram_guards = drop_empty_datagrams(self.pc)
 
     # ---- peer connection callbacks ----
 

@@ -193,7 +193,7 @@ async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new
     try:
         with candidates_on(registry.host_address):
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
-            session.keep_consent()
+            session.watch_transport()
             await pc.setLocalDescription(await pc.createAnswer())
     except ConsentHookUnavailable:  # our fault, not the offer's
         if new:
