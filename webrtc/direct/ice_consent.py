@@ -15,7 +15,8 @@ counts as a peer that withdrew consent, and a call whose packets still flow both
   once. The RFC says that an answer may be for an earlier check than the latest, so every check of the
   last 30 s stays open for its answer. That is the whole cure for a starved loop: an answer held up
   by either loop still renews consent, and only 30 s with no answer at all ends the call. Sending
-  a check again sooner would add traffic without shortening that wait;
+  a check again (which the RFC does not do) would not help: an answer held up by a loop is late, not
+  lost, and six checks to a window ride out the loss of a few;
 - an authenticated 403 answer revokes consent at once; checks still open are discarded when consent
   ends; error answers of any other kind neither renew nor end it.
 
@@ -30,10 +31,10 @@ fires late means our loop was held up, and the answers of that time may still be
 socket behind the call's media, so they get up to ``media_timeout.STALL_GRACE_S`` to be read (and the
 check sent as the loop wakes, its answer) before the call is judged.
 
-This is the one place that reaches into aioice's connection (``Connection.query_consent``, replaced per
-connection, and ``_nominated``, ``build_request``, ``remote_password``, the pairs' ``protocol.transactions``
-and ``send_stun``) and into aiortc's ``RTCIceTransport._connection``; the versions checked are in
-``webrtc.private_internals``.
+It reaches into aioice's connection (``Connection.query_consent``, replaced per connection, and
+``_nominated``, ``build_request``, ``remote_password``, the pairs' ``protocol.transactions`` and
+``send_stun``) and into aiortc's ``RTCIceTransport._connection`` (``ice_connections``, which
+``datagram_guard`` uses too); the versions checked are in ``webrtc.private_internals``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ logger = logging.getLogger("duplex_agent.webrtc")
 CONSENT_EXPIRY_S = 30.0
 #: RFC 7675: a check every 5 s on average (never under 4 s), randomized so that peers do not fall into step.
 CHECK_INTERVAL_S = 5.0
-#: About this many checks fall in one expiry window at the RFC's figures; a shorter expiry checks as often.
+#: About this many checks fall in one expiry window at the RFC's figures; a shorter expiry keeps the count.
 CHECKS_PER_EXPIRY = 6
 CONSENT_EXPIRED = "consent_expired"
 CONSENT_REVOKED = "consent_revoked"
