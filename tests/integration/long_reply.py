@@ -1,13 +1,14 @@
-"""The scripted model with a reply of eight seconds (80 words of 100 ms), for ``serve --plugin``: long
-enough that a reply cut short by a barge-in is told from one that simply ended, and that a caller on a
-starved machine, who hears the reply seconds after it was sent, still talks over a reply in progress."""
+"""The scripted model with a reply of thirty seconds (300 words of 100 ms), for ``serve --plugin``: long
+enough that a reply cut short by a barge-in is told from one that simply ended, and that on a starved
+machine, where the caller hears the reply seconds after it was sent and the worker hears the caller
+seconds after that, the interruption still reaches the worker while its reply goes on."""
 
 from __future__ import annotations
 
 from duplex_agent.plugins.contract import EncodeAudio
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 
-WORDS = 80
+WORDS = 300
 REPLY_MS = 100.0 * WORDS
 
 

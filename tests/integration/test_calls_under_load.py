@@ -1,6 +1,6 @@
 """Four direct calls beside three CPU hogs for a minute: no call ends, every turn gets a reply, barge-in holds.
 
-The worker (``serve``, the scripted model with an eight-second reply to each turn) and four callers
+The worker (``serve``, the scripted model with a thirty-second reply to each turn) and four callers
 (``bench.livekit_callers --transport direct``, one process each, as four browsers would be: a question,
 ~300 ms of the reply heard, an interruption running on into the next question, and so on) run beside
 three ``yes`` processes, so the scheduler starves every loop, the callers' as much as the worker's. The
