@@ -114,6 +114,7 @@ async def serve_echo(port: int, address: str) -> None:
     from aiortc import MediaStreamTrack, RTCSessionDescription
 
     from duplex_agent.webrtc.direct.host_address import candidates_on
+    from duplex_agent.webrtc.direct.ice_consent import keep_consent
 
     peers: set[RTCPeerConnection] = set()
 
@@ -133,6 +134,7 @@ async def serve_echo(port: int, address: str) -> None:
         peers.add(pc)
         pc.on("track", lambda track: pc.addTrack(Echo(track)))
         await pc.setRemoteDescription(RTCSessionDescription(sdp=params["sdp"], type=params["type"]))
+        keep_consent(pc)  # the worker's consent, so that the floor rides out the same stalls
         with candidates_on(address):
             await pc.setLocalDescription(await pc.createAnswer())
         return web.json_response({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type})

@@ -30,6 +30,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
 from duplex_agent.webrtc.direct.host_address import candidates_on, interface_ipv4
+from duplex_agent.webrtc.direct.ice_consent import keep_consent
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
 PEERS = web.AppKey("peers", dict)
@@ -111,6 +112,7 @@ async def offer(request: web.Request) -> web.Response:
                 await reader.close()
 
     await pc.setRemoteDescription(RTCSessionDescription(sdp=params["sdp"], type=params["type"]))
+    keep_consent(pc)  # the worker's consent, so that the floor rides out the same stalls
     with candidates_on(request.app[ICE_ADDRESS]):
         await pc.setLocalDescription(await pc.createAnswer())
     return web.json_response({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type, "pc_id": pc_id})

@@ -7,7 +7,8 @@ same loop until told to stop:
 1. say a Piper question;
 2. wait until it has heard ~300 ms of the agent's reply;
 3. say a short interruption (the agent should stop at once: an edge barge-in) that runs
-   straight on into the next question, as one user turn; back to 2.
+   straight on into the next question, as one user turn; once it is said and the cut reply's
+   last audio has been heard (a short quiet), back to 2.
 
 Not waiting for a separate answer to the interruption halves each trial (~3 s instead of ~6 s),
 so a run gets its barge-in trials while the machine still has cores to spare.
@@ -63,11 +64,15 @@ QUIET_RMS = 0.01
 #: Where the caller's own sound starts: the first 5 ms block over -40 dBFS.
 ONSET_RMS = 0.01
 HEAR_BEFORE_INTERRUPTING_MS = 300.0
+#: The next reply starts after the caller's turn and the worker's end-of-turn silence (500 ms); audio heard
+#: before a quiet this long is the cut reply's tail, still on its way (seconds of it on a starved machine).
+NEXT_REPLY_QUIET_MS = 300.0
 #: Silence before a question said on its own; between an interruption's last sound and the next question.
 QUESTION_LEAD_MS = 200.0
 INTERRUPTION_GAP_MS = 100.0
-#: The scripted reply is 1000 ms of tone; heard this much of it, it was not cut short.
-REPLY_PLAYED_OUT_MS = 900.0
+#: The scripted reply is 1000 ms of tone (``--reply-ms``); heard all but this much of it, it was not cut short.
+REPLY_MS = 1000.0
+PLAYED_OUT_MARGIN_MS = 100.0
 #: The LiveKit caller's AudioSource queue: short, so a frame goes out soon after it is made.
 MIC_QUEUE_MS = 40
 
@@ -206,12 +211,21 @@ class Caller:
         #: (only where the reply was cut short, not where it had played out).
         self.heard_stop_ms: list[float] = []
         self.played_out = 0  # interruptions after which the reply still played to its end
+        #: Interruptions after which the caller heard no stop within 3 s, nor the reply play out: their onsets,
+        #: and how much of the reply had been heard by then (the summary adds when the worker said it cut
+        #: the reply, before the next interruption).
+        self._missed: list[tuple[float, float]] = []
+        self._onsets: list[float] = []  # each interruption's onset, this process's clock
         #: The question's end handed to the transport -> the reply's first loud frame heard
         #: (the worker's 500 ms end-of-turn silence included).
         self.reply_after_ms: list[float] = []
         #: Wall-clock time (time.time()) each interruption's onset was handed to the transport.
         self.onsets_wall: list[float] = []
         self.figures: dict[str, object] = {}  # the worker's own call figures, where the transport carries them
+        self.reply_ms = REPLY_MS  # the worker's reply, as long as it plays when nobody talks over it
+        #: How the call ended before this caller hung up (a connection state; None: it did not), where the
+        #: transport tells.
+        self.dropped: str | None = None
         #: The text of each turn said whose reply was awaited (heard, or given up on), in order.
         self.said: list[str] = []
         #: What the worker heard this caller say: its user transcripts (LiveKit only).
@@ -274,18 +288,36 @@ class Caller:
             await until(lambda: self.mic.onset_sent_at is not None, 2.0, stop)
             onset = self.mic.onset_sent_at
             if onset is not None:
+                self._onsets.append(onset)
                 self.onsets_wall.append(time.time() - (time.perf_counter() - onset))
             if onset is not None and await until(
                     lambda o=onset: self.ear.quiet_since is not None and self.ear.quiet_since >= o
                     and self.ear.quiet_run_ms >= 100, 3.0, stop):
                 assert self.ear.quiet_since is not None
-                # The reply is 1 s of tone: near all of it heard means it played out, the barge-in missed it.
-                if self.ear.loud_ms - reply_from < REPLY_PLAYED_OUT_MS:
+                # Near all of the reply heard means it played out: the barge-in missed it.
+                if self.ear.loud_ms - reply_from < self.reply_ms - PLAYED_OUT_MARGIN_MS:
                     self.heard_stop_ms.append(1000.0 * (self.ear.quiet_since - onset))
                 else:
                     self.played_out += 1
+            elif onset is not None and not stop.is_set():
+                self._missed.append((onset, self.ear.loud_ms - reply_from))
             report()
+            await until(lambda: not self.mic.busy and self.ear.quiet_run_ms >= NEXT_REPLY_QUIET_MS, 10.0, stop)
             reply_from = self.ear.loud_ms
+
+    def cut_after(self, onset: float, before: float) -> float | None:
+        """When the worker said it cut a reply between ``onset`` and ``before`` (ms after the onset), where the
+        transport tells."""
+        return None
+
+    def _misses(self) -> list[dict[str, float | None]]:
+        """Each missed interruption: the reply heard by the end of its 3 s, and when the worker said it cut
+        the reply (ms after the onset; None: not before the next interruption, or the transport does not tell)."""
+        found = []
+        for onset, heard_ms in self._missed:
+            later = [o for o in self._onsets if o > onset]
+            found.append({"heard_ms": round(heard_ms), "cut_ms": self.cut_after(onset, min(later, default=float("inf")))})
+        return found
 
     def summary(self) -> dict[str, object]:
         return {
@@ -299,8 +331,10 @@ class Caller:
             "no_reply": self.no_reply,
             "heard_stop_ms": [round(v, 1) for v in self.heard_stop_ms],
             "played_out": self.played_out,
+            "missed": self._misses(),
             "reply_after_ms": [round(v, 1) for v in self.reply_after_ms],
             "onsets_wall": [round(v, 4) for v in self.onsets_wall],
+            "dropped": self.dropped,
             "worker_figures": self.figures,
             "said": self.said,
             "heard": self.heard,
@@ -411,6 +445,20 @@ class DirectCaller(Caller):
         self.url = url
         self.address = address
         self.peer = CallerPeer(PlayoutTrack(self.mic.next_frame), on_frame=self.ear.hear)
+        self._hanging_up = False
+        self.peer.pc.on("connectionstatechange", self._state_changed)
+
+    def _state_changed(self) -> None:
+        state = self.peer.pc.connectionState
+        if state in ("failed", "closed") and not self._hanging_up and self.dropped is None:
+            self.dropped = state
+
+    def cut_after(self, onset: float, before: float) -> float | None:
+        for at, event in self.peer.events:
+            if onset <= at < before and (event.get("type") == "output_audio_buffer.cleared" or (
+                    event.get("type") == "response.done" and event.get("status") == "cancelled")):
+                return round(1000.0 * (at - onset), 1)
+        return None
 
     async def connect(self) -> None:
         import aiohttp
@@ -424,6 +472,11 @@ class DirectCaller(Caller):
             self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
 
     async def close(self) -> None:
+        self._hanging_up = True
+        if self.peer.channel.readyState == "open":  # the worker's figures of the call as it ends, not 5 s before
+            mark = len(self.peer.events)
+            self.peer.send({"type": "metrics.request"})
+            await self.peer.until(lambda: self.peer.events_since(mark, "metrics"), 5.0)
         await self.peer.close()
         await super().close()
         reported = self.peer.events_since(0, "metrics")  # the worker's call figures, the latest
@@ -456,6 +509,13 @@ def load_speech(path: str = "") -> dict[str, np.ndarray]:
 
 
 def make_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> list[Caller]:
+    callers = _transport_callers(args, speech)
+    for caller in callers:
+        caller.reply_ms = args.reply_ms
+    return callers
+
+
+def _transport_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) -> list[Caller]:
     if args.transport == "livekit":
         tag = args.room_prefix or f"bench-{uuid.uuid4().hex[:6]}"
         callers: list[Caller] = []
@@ -521,6 +581,8 @@ def main() -> None:
     parser.add_argument("--ice-address", default="", help="direct: local address for ICE (default: this machine's interface)")
     parser.add_argument("--speech", default="", help=".npz of the phrases at 48 kHz (default: Piper says them now)")
     parser.add_argument("--seconds", type=float, default=60.0, help="most seconds to run")
+    parser.add_argument("--reply-ms", type=float, default=REPLY_MS,
+                        help="how long the worker's reply plays when nobody talks over it (the scripted model's: 1000)")
     parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -27,6 +27,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from duplex_agent.webrtc.direct.host_address import candidates_on, interface_ipv4
+from duplex_agent.webrtc.direct.ice_consent import keep_consent
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 DEFAULT_UTTERANCE = "Please tell me a long story about the sea and the ships."
@@ -47,6 +48,7 @@ async def offer_and_connect(pc: RTCPeerConnection, address: str, http: aiohttp.C
             raise ConnectFailed(f"offer answered {response.status}: {(await response.text())[:200]}")
         answer = await response.json()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+    keep_consent(pc)  # as a browser keeps it (RFC 7675's 30 s), not aioice's few seconds
     while pc.connectionState not in ("connected", "failed", "closed"):
         await asyncio.sleep(0.02)
         if time.perf_counter() - started > 20:

@@ -30,6 +30,7 @@ REALTIME = (
     "tests/webrtc/test_caller_receive.py", "tests/webrtc/test_false_pause.py", "tests/webrtc/test_direct_edges.py",
     "tests/webrtc/test_livekit_audio.py", "tests/webrtc/test_peer.py", "tests/webrtc/test_resume.py",
     "tests/tools/test_e2e",
+    "tests/webrtc/test_ice_consent.py", "tests/webrtc/test_datagram_guard.py",
 )
 
 

@@ -6,6 +6,14 @@ Each package family's private uses live in one module, which names its version h
   ``__jitter_buffer`` and ``__started`` (our readers take the receiver's packets and frames).
 - aioice, ``webrtc.direct.host_address``: ``aioice.ice.get_host_addresses``, replaced so
   that gathering inside ``candidates_on`` offers one address.
+- aioice and aiortc, ``webrtc.direct.ice_consent``: ``Connection.query_consent`` (replaced on
+  each of our connections: ``connect()`` starts it once ICE completes), ``Connection._nominated``,
+  ``build_request`` and ``remote_password``, and each pair's ``protocol.transactions`` (a response
+  goes to the entry of its transaction ID, by ``response_received(message, addr)``) and
+  ``send_stun``; aiortc's ``RTCIceTransport._connection`` (``ice_connections``, which
+  ``webrtc.direct.datagram_guard`` also uses to wrap ``Connection.data_received``, aioice's
+  hand-off of non-STUN datagrams to aiortc). tests/webrtc/test_ice_consent.py and
+  tests/webrtc/test_datagram_guard.py run them on real connections.
 - livekit (the rtc SDK), ``webrtc.livekit.ffi_router`` and ``webrtc.livekit.ffi_audio``:
   ``FfiClient`` and its queue's lock and ``subscribe`` (wrapped: an unfiltered subscriber skips what the router took), ``livekit.rtc._proto``, ``livekit.rtc._utils.Queue``,
   ``AudioStream._ffi_queue``, ``AudioStream._loop``, ``Room._ffi_queue``, ``Room._loop``,

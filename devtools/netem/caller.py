@@ -48,6 +48,7 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from devtools.caller_peer import FRAME, CallerPeer, Mic
 from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.ice_consent import keep_consent
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
@@ -129,6 +130,7 @@ class Call(CallerPeer):
                     return {"ok": False, "error": f"offer answered {response.status}: {text[:300]}"}
                 answer = json.loads(text)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        keep_consent(self.pc)  # as a browser keeps it (RFC 7675's 30 s), not aioice's few seconds
         if not await self.until(lambda: self.pc.connectionState in ("connected", "failed", "closed"),
                                 SEND_TIMEOUT_S):
             return {"ok": False, "error": f"not connected after {SEND_TIMEOUT_S} s"}

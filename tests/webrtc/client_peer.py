@@ -12,6 +12,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.ice_consent import keep_consent
 from duplex_agent.webrtc.direct.tracks import PlayoutTrack, frame_to_mono_f32
 
 
@@ -63,6 +64,7 @@ class ClientPeer:
         answer = await response.json()
         self.pc_id, self.answer_sdp = answer["pc_id"], answer["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        keep_consent(self.pc)  # as a browser keeps it (RFC 7675's 30 s), not aioice's few seconds
 
     def loud_frames(self, threshold: float = 0.02) -> int:
         return sum(float(np.sqrt(np.mean(f**2))) > threshold for f in self.received)

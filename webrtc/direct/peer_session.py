@@ -7,6 +7,11 @@ media timeout) and closes it all, with the conversation, when the peer goes.
 A caller whose RTP stops for ``media_timeout_s`` once connected (0: never) is told
 why on the data channel (``error`` ``media_timeout``, then ``session.closed`` with
 that reason) and the call ends; packets that return sooner keep the call.
+
+ICE consent freshness on the peer's connection is ours (``ice_consent``, started by
+``watch_transport`` once the offer is set): checks the caller leaves unanswered for
+``consent_expiry_s`` end the call (``error`` ``consent_expired``, the reason in the log and
+counted in /metrics), and answers held up by a busy loop, the caller's or ours, still count.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.agent.tools.call_info import CallInfo
 from duplex_agent.webrtc.direct.call_control import DirectCallControl
 from duplex_agent.webrtc.direct.caller_receive import AdaptiveCallerAudioReader
+from duplex_agent.webrtc.direct.datagram_guard import EmptyDatagramGuard, drop_empty_datagrams
+from duplex_agent.webrtc.direct.ice_consent import CONSENT_EXPIRY_S, ConsentKeeper, ConsentLost, keep_consent
 from duplex_agent.webrtc.direct.loss_feedback import LossFollower
 from duplex_agent.webrtc.direct.media_timeout import MediaWatchdog
 from duplex_agent.webrtc.direct.tracks import DEFAULT_OPUS_BITRATE, PlayoutTrack
@@ -75,6 +82,7 @@ class PeerSession:
         opus_bitrate: int = DEFAULT_OPUS_BITRATE,
         media_timeout_s: float = DEFAULT_MEDIA_TIMEOUT_S,
         tools: ToolBox | None = None,
+        consent_expiry_s: float = CONSENT_EXPIRY_S,
         **audio_options: Any,
     ) -> None:
         self.pc_id = pc_id
@@ -91,6 +99,9 @@ class PeerSession:
         self.caller_reader: AdaptiveCallerAudioReader | None = None
         self.media_timeout_s = media_timeout_s
         self._media_watch: MediaWatchdog | None = None
+        self.consent_expiry_s = consent_expiry_s
+        self.consent: list[ConsentKeeper] = []
+        self.datagram_guards: list[EmptyDatagramGuard] = []
         self._channel: RTCDataChannel | None = None
         self._early: deque[str] = deque(maxlen=_EARLY_MESSAGES_KEPT)
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,6 +155,12 @@ class PeerSession:
             await self.pc.close()
             ACTIVE_SESSIONS.labels(transport=TRANSPORT).dec()
 
+    def watch_transport(self) -> None:
+        """Once the caller's offer is set: ICE consent on this peer's connections is judged by
+        ``ice_consent``, and the datagrams aiortc must not see are dropped (``datagram_guard``)."""
+        self.consent = keep_consent(self.pc, self._consent_lost, expiry_s=self.consent_expiry_s)
+        self.datagram_guards = drop_empty_datagrams(self.pc)
+
     # ---- peer connection callbacks ----
 
     def _on_track(self, track: MediaStreamTrack) -> None:
@@ -187,6 +204,14 @@ class PeerSession:
                                           "the call is ended", error_type="server_error"))
         self._forward_event(SessionClosed(MEDIA_TIMEOUT))
         self.finish(MEDIA_TIMEOUT)
+
+    def _consent_lost(self, lost: ConsentLost) -> None:
+        """The caller stopped answering ICE consent checks (or revoked consent): the path to it is gone,
+        so the call ends as a failed connection does (a resumable one is kept for its resume); the
+        error goes out in case the page still hears, and is counted."""
+        logger.warning("peer %s: %s, ending the call", self.pc_id, lost)
+        self._forward_event(ErrorEvent.of(lost.code, f"{lost}: the call is ended", error_type="server_error"))
+        self.finish(lost.code)
 
     async def _connect_deadline(self) -> None:
         await asyncio.sleep(CONNECT_TIMEOUT_S)

@@ -25,6 +25,7 @@ from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_bo
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.ice_consent import ConsentHookUnavailable
 from duplex_agent.webrtc.direct.peer_session import HUNG_UP, MEDIA_TIMEOUT, TRANSPORT, PeerSession
 from duplex_agent.webrtc.direct.resume import ParkedConversations, ResumeRefused
 
@@ -193,7 +194,12 @@ async def _answer(registry: PeerRegistry, session: PeerSession, sdp: str, *, new
     try:
         with candidates_on(registry.host_address):
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+            session.watch_transport()
             await pc.setLocalDescription(await pc.createAnswer())
+    except ConsentHookUnavailable:  # our fault, not the offer's
+        if new:
+            registry.finish(session, "start_failed")
+        raise
     except Exception as exc:  # aiortc rejects bad offers with assorted exception types
         if new:
             registry.finish(session, "bad_offer")
@@ -280,9 +286,9 @@ def register_webrtc_routes(
     """Add the signaling routes and a shutdown hook closing every peer.
 
     ``host_address`` is the local non-loopback address offered to ICE;
-    ``audio_options`` go to each call's PeerSession (opus_bitrate, media_timeout_s, tools: the
-    worker's ToolBox) and CallAudioPath (overlap_policy, ...); a negative media_timeout_s is a
-    ValueError here.
+    ``audio_options`` go to each call's PeerSession (opus_bitrate, media_timeout_s, consent_expiry_s,
+    tools: the worker's ToolBox) and CallAudioPath (overlap_policy, ...); a negative media_timeout_s
+    is a ValueError here.
     """
     if audio_options.get("media_timeout_s", 0) < 0:
         raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "

@@ -1,0 +1,138 @@
+"""Four direct calls beside three CPU hogs for a minute: no call ends, every turn gets a reply, barge-in holds.
+
+The worker (``serve``, the scripted model with a thirty-second reply to each turn) and four callers
+(``bench.livekit_callers --transport direct``, one process each, as four browsers would be: a question,
+~300 ms of the reply heard, an interruption running on into the next question, and so on) run beside
+three ``yes`` processes, so the scheduler starves every loop, the callers' as much as the worker's. The
+callers keep ICE consent as a browser does (RFC 7675's 30 s); the worker's is ``webrtc.direct.ice_consent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.call_rig import write_speech
+from tests.integration.long_reply import REPLY_MS
+from tests.serve_process import REPO, ServeProcess, environment
+from tests.support.waits import until
+
+CALLS = 4
+HOGS = 3
+SOAK_S = 60.0
+#: Reasons a call can end for on the worker's side that this test must not see.
+ENDINGS = ("consent_expired", "consent_revoked", "media_timeout")
+
+
+def errors_counted(metrics: str, code: str) -> float:
+    match = re.search(rf'^duplex_errors_total\{{code="{code}"\}} (\S+)$', metrics, re.M)
+    return float(match[1]) if match else 0.0
+
+
+def counted(metrics: str, name: str) -> float:
+    match = re.search(rf'^{name} (\S+)$', metrics, re.M)
+    return float(match[1]) if match else 0.0
+
+
+class Caller:
+    """One ``bench.livekit_callers`` process with one direct call; its JSON lines as they come."""
+
+    def __init__(self, url: str, speech: Path, log: Path) -> None:
+        self.url, self.speech, self.log_path = url, speech, log
+        self.lines: list[dict] = []
+        self.process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        with self.log_path.open("w") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.livekit_callers", "--transport", "direct", "--url", self.url,
+                "--sessions", "1", "--seconds", str(SOAK_S + 600), "--speech", str(self.speech),
+                "--reply-ms", str(REPLY_MS), cwd=REPO, env=environment(), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=log)
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            if line.startswith(b"{"):
+                self.lines.append(json.loads(line))
+
+    def event(self, kind: str) -> dict | None:
+        return next((line for line in self.lines if line.get("event") == kind), None)
+
+    def progress(self) -> dict | None:
+        """Its latest report after an interruption (``attempts`` so far)."""
+        return next((line for line in reversed(self.lines) if line.get("event") == "progress"), None)
+
+    async def hang_up(self) -> dict | None:
+        """Close its stdin (the caller hangs up and reports); its summary of the call."""
+        if self.process is None:
+            return None
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 120)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+        done = self.event("done")
+        return done["callers"][0] if done else None
+
+
+async def test_four_direct_calls_beside_three_cpu_hogs_for_a_minute(tmp_path):
+    speech = tmp_path / "speech.npz"
+    await asyncio.to_thread(write_speech, str(speech))  # Piper's work done before the hogs start
+    worker = ServeProcess(tmp_path / "worker.log", "--plugin", "tests.integration.long_reply.LongReplyPlugin",
+                          "--max-sessions", str(2 * CALLS))
+    callers = [Caller(worker.http, speech, tmp_path / f"caller-{i}.log") for i in range(CALLS)]
+    hogs: list[subprocess.Popen] = []
+    summaries: list[dict | None] = []
+    health: dict | None = None
+    metrics, judged = "", 0
+    try:
+        worker.start()
+        await worker.ready()
+        await asyncio.gather(*(caller.start() for caller in callers))
+        await until(lambda: all(c.event("ready") or c.event("not_ready") for c in callers), 120,
+                    "the callers to connect and hear the agent")
+        assert all(c.event("ready") for c in callers), ([c.lines[:1] for c in callers], worker.report())
+        hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(HOGS)]
+        load_before = os.getloadavg()[0]
+        await asyncio.sleep(SOAK_S)  # the soak itself: the minute is what is tested, not a wait for a signal
+        print(f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f} with {HOGS} hogs")
+        health, metrics = await worker.health(), await worker.metrics()
+        judged = sum((c.progress() or {}).get("attempts", 0) for c in callers)
+        # What the worker's receive buffers and barge-in edge did meanwhile, to explain a failure.
+        print("\n".join(line for line in metrics.splitlines()
+                        if line.startswith(("duplex_receive_call_", "duplex_barge_in", "duplex_playout_underruns"))))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        summaries = list(await asyncio.gather(*(caller.hang_up() for caller in callers)))
+        await worker.stop()
+    for caller in summaries:
+        assert caller is not None, worker.report()
+        print({k: caller[k] for k in ("attempts", "no_reply", "played_out", "missed", "heard_stop_ms")})
+    # No call ended on the worker's side: all four were live at the end of the minute, none for a reason.
+    assert health is not None and health["sessions"] == CALLS, (health, worker.report())
+    assert {code: errors_counted(metrics, code) for code in ENDINGS} == dict.fromkeys(ENDINGS, 0.0)
+    # Barge-in holds: the worker cut the reply at every interruption the callers had judged by then (each
+    # caller's latest may be cut a moment after its report). How soon the caller heard the stop (printed
+    # above) is a figure of a starved machine, where each end's audio waits for its loop: not asserted.
+    confirmed = counted(metrics, "duplex_barge_ins_confirmed_total")
+    print(f"barge-ins confirmed by the worker: {confirmed:g} of {judged} interruptions")
+    assert judged >= 3 * CALLS and confirmed >= judged - CALLS, (confirmed, judged)
+    for caller in summaries:
+        assert caller is not None
+        assert caller["error"] is None and caller["dropped"] is None, caller  # the call lasted the minute
+        assert caller["no_reply"] == 0, caller  # every turn got its reply
+        assert caller["attempts"] >= 3, caller
