@@ -21,7 +21,8 @@ joining the room dispatches the agent to it.
 stdout is JSON lines: ``{"event": "ready"}`` once every caller hears the agent's
 track, ``{"event": "progress", ...}`` after each interruption, and finally
 ``{"event": "done", "callers": [...]}`` with per-caller figures. Runs for
-``--seconds`` or until its stdin closes, whichever comes first.
+``--seconds`` or until its stdin closes, whichever comes first (``--until-heard``: or
+until every caller has heard the agent).
 
 Run: python -m bench.livekit_callers --transport livekit --url ws://HOST:PORT --api-key K \
          --api-secret S --agent-name bench-agent --sessions 2
@@ -560,6 +561,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         _emit({"event": "progress", "attempts": sum(c.attempts for c in callers)})
 
     talks = [asyncio.create_task(c.converse(stop, report), name=f"caller-{c.index}") for c in connected if c.ready]
+    if args.until_heard:
+        await until(lambda: all(c.ear.loud_ms >= HEAR_BEFORE_INTERRUPTING_MS for c in callers), args.seconds, stop)
+        stop.set()
     await stop.wait()
     await asyncio.gather(*talks, return_exceptions=True)
     cpu = time.process_time() - cpu_started
@@ -583,6 +587,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="most seconds to run")
     parser.add_argument("--reply-ms", type=float, default=REPLY_MS,
                         help="how long the worker's reply plays when nobody talks over it (the scripted model's: 1000)")
+    parser.add_argument("--until-heard", action="store_true",
+                        help="stop once every caller has heard the agent (or at --seconds)")
     parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -35,11 +35,13 @@ a long one and talks over the reply. Per condition and line it prints:
 The clean condition is the floor of the others. After the table, what the recognizer heard in
 every call that missed a content word. Never passes or fails.
 
-``--livekit``: then the LiveKit path under the same conditions: a caller on the real livekit
-SDK (``bench.livekit_callers``) in the caller's namespace; the loopback LiveKit server and
-a LiveKit worker (``duplex-agent start``) in the worker's, talking to each other unimpaired.
-The caller barges in on each reply again and again for ``--livekit-seconds``; per condition:
-words heard (the share of the content words of the caller's turns found in the worker's
+``--livekit``: then the LiveKit path under the same conditions: ``--livekit-calls`` calls one
+after another, each a new caller on the real livekit SDK (``bench.livekit_callers``) joining a
+new room in the caller's namespace; the loopback LiveKit server and a LiveKit worker
+(``duplex-agent start``) in the worker's, talking to each other unimpaired. Each caller barges
+in on each reply again and again for ``--livekit-seconds``; per condition: in how many calls
+the caller heard the agent (300 ms of its loud audio, what a caller waits for before it
+interrupts), words heard (the share of the content words of the caller's turns found in the worker's
 transcripts of the caller, all turns together), barge-ins tried, barge-in as heard
 (interruption's onset sent -> the agent quiet at the caller) p50, replies that played out
 anyway, questions with no reply, reply latency p50 (the question's end sent -> first loud
@@ -48,7 +50,7 @@ packet lost on its uplink is rebuilt from the next (the loopback server answers 
 
 Run: python -m bench.lossy_network [--quick] [--trials N] [--lines libopus-rr/adaptive,aiortc-opus/adaptive]
          [--conditions clean,bursts]
-         [--livekit [--livekit-seconds S]]
+         [--livekit [--livekit-seconds S] [--livekit-calls N]]
 (as root: it makes network namespaces).
 """
 
@@ -97,10 +99,15 @@ CONDITIONS: dict[str, Impairment] = {
 }
 SHORT_NAMES = {"clean": "clean", "3%": "3% loss + 40±15 ms", "10%": "10% loss", "jitter": "40±15 ms jitter",
                "bursts": "bursts ~5%"}
-#: --quick: the headline condition and heavy loss, our buffer beside aiortc's, one call each.
+#: --quick: the headline condition and heavy loss, our buffer beside aiortc's, one call each; then
+#: the LiveKit path under both, with fewer and shorter calls.
 QUICK = {"lines": "libopus-rr/adaptive,libopus-rr/aiortc", "conditions": "3%,10%"}
+#: LiveKit calls per condition, and each one's seconds: by default, and under --quick.
+LIVEKIT_CALL, QUICK_LIVEKIT_CALL = (10, 20.0), (3, 15.0)
 #: The worker's line and its floor: the same caller, aiortc's receive buffer as shipped.
 OURS, FLOOR = "libopus-rr/adaptive", "libopus-rr/aiortc"
+#: A LiveKit call counts as heard once its caller heard this much loud agent audio.
+HEARD_AGENT_MS = 300
 
 
 def figure_suffix(condition: str) -> str:
@@ -201,9 +208,10 @@ def forwarder_counts(counts: dict) -> str:
             f"{up['reordered']}/{down['reordered']} reordered, run<={up['longest_loss_run']}/{down['longest_loss_run']}")
 
 
-def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int, report: Report) -> None:
-    print(f"\n== the LiveKit path through the same link: one caller (livekit SDK) barging in for {seconds:g} s "
-          "per condition; loopback LiveKit server + LiveKit worker behind the link ==", flush=True)
+def livekit_part(conditions: list[str], seconds: float, calls: int, folder: Path, seed: int, report: Report) -> None:
+    print(f"\n== the LiveKit path through the same link: {calls} calls per condition, one after another, each a "
+          f"caller (livekit SDK) joining a new room and barging in for {seconds:g} s; loopback LiveKit server + "
+          "LiveKit worker behind the link ==", flush=True)
     with ExitStack() as stack:
         link = stack.enter_context(ImpairedLink(seed=seed + 1000))
         url = start_livekit(link, stack.enter_context(open(folder / "livekit-server.log", "w")),
@@ -211,21 +219,30 @@ def livekit_part(conditions: list[str], seconds: float, folder: Path, seed: int,
         caller_log = stack.enter_context(open(folder / "livekit-caller.log", "w"))
         warm = livekit_callers(link, url, min(seconds, 15.0), caller_log)  # waits for the worker; not counted
         print(f"   warm-up: {warm['callers'][0].get('error') or 'ok'}", flush=True)
-        print(f"{'condition':<19} {'words heard':>14} {'barge-ins':>9} {'heard stop p50':>14} {'played out':>10} "
-              f"{'no reply':>8} {'reply p50':>9}   forwarder (caller->worker / worker->caller)", flush=True)
+        print(f"{'condition':<19} {'heard agent':>11} {'words heard':>14} {'barge-ins':>9} {'heard stop p50':>14} "
+              f"{'played out':>10} {'no reply':>8} {'reply p50':>9}   forwarder (caller->worker / worker->caller)",
+              flush=True)
         for condition in conditions:
             link.impair(to_worker=CONDITIONS[condition], to_caller=CONDITIONS[condition])
             link.reset_counts()
-            caller = livekit_callers(link, url, seconds, caller_log)["callers"][0]
-            error = f"  error: {caller['error']}" if caller.get("error") else ""
-            heard, said_words = recall_of_turns(caller["said"], caller["heard"])
-            report.add(f"lossy_network.livekit_words_heard{figure_suffix(condition)}", "content words the LiveKit "
-                       f"worker heard of a caller barging in for {seconds:g} s, {condition} (SFU answering RED)",
+            done = [livekit_callers(link, url, seconds, caller_log)["callers"][0] for _ in range(calls)]
+            # heard: the caller heard as much of the agent as it waits for before it interrupts
+            heard_agent = sum(c["loud_ms"] >= HEARD_AGENT_MS for c in done)
+            errors = "; ".join(c["error"] for c in done if c.get("error"))
+            heard, said_words = recall_of_turns([t for c in done for t in c["said"]], [t for c in done for t in c["heard"]])
+            suffix = figure_suffix(condition)
+            report.add(f"lossy_network.livekit_heard_agent{suffix}", f"LiveKit calls in which the caller heard the "
+                       f"agent, {condition} both ways, each a new caller barging in for {seconds:g} s",
+                       heard_agent, unit=f"of {calls} calls", n=calls, area="network")
+            report.add(f"lossy_network.livekit_words_heard{suffix}", f"content words the LiveKit worker heard of "
+                       f"{calls} callers barging in for {seconds:g} s each, {condition} (SFU answering RED)",
                        100 * heard, unit="%", n=said_words, area="network")
-            print(f"{condition:<19} {f'{100 * heard:.0f} % of {said_words}':>14} {caller['attempts']:>9} "
-                  f"{p50(caller['heard_stop_ms'])} ms     "
-                  f"{caller['played_out']:>10} {caller['no_reply']:>8} {p50(caller['reply_after_ms'])} ms   "
-                  f"{forwarder_counts(link.counts())}{error}", flush=True)
+            print(f"{condition:<19} {f'{heard_agent} of {calls}':>11} {f'{100 * heard:.0f} % of {said_words}':>14} "
+                  f"{sum(c['attempts'] for c in done):>9} "
+                  f"{p50([v for c in done for v in c['heard_stop_ms']])} ms     "
+                  f"{sum(c['played_out'] for c in done):>10} {sum(c['no_reply'] for c in done):>8} "
+                  f"{p50([v for c in done for v in c['reply_after_ms']])} ms   "
+                  f"{forwarder_counts(link.counts())}{'  errors: ' + errors if errors else ''}", flush=True)
 
 
 def main() -> None:
@@ -237,13 +254,20 @@ def main() -> None:
                         help=f"comma-separated, of: {', '.join(SHORT_NAMES)}")
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--livekit", action="store_true", help="then the LiveKit path under the same conditions")
-    parser.add_argument("--livekit-seconds", type=float, default=30.0, help="the LiveKit caller's time per condition")
+    parser.add_argument("--livekit-seconds", type=float, default=None,
+                        help=f"each LiveKit call's time (default {LIVEKIT_CALL[1]:g}; --quick: {QUICK_LIVEKIT_CALL[1]:g})")
+    parser.add_argument("--livekit-calls", type=int, default=None,
+                        help=f"LiveKit calls per condition (default {LIVEKIT_CALL[0]}; --quick: {QUICK_LIVEKIT_CALL[0]})")
     parser.add_argument("--no-direct", action="store_true", help="skip the direct calls (with --livekit)")
     parser.add_argument("--quick", action="store_true",
-                        help=f"lines {QUICK['lines']}, conditions {QUICK['conditions']}, one call each")
+                        help=f"lines {QUICK['lines']}, conditions {QUICK['conditions']}, one call each; "
+                             "LiveKit calls too")
     args = parser.parse_args()
     if args.quick:
-        args.lines, args.conditions, args.trials = QUICK["lines"], QUICK["conditions"], 1
+        args.lines, args.conditions, args.trials, args.livekit = QUICK["lines"], QUICK["conditions"], 1, True
+    calls, seconds = QUICK_LIVEKIT_CALL if args.quick else LIVEKIT_CALL
+    args.livekit_calls = args.livekit_calls or calls
+    args.livekit_seconds = args.livekit_seconds or seconds
     reason = unavailable_reason()
     if reason:  # skipped, not failed: a machine without namespaces cannot run it
         print(f"bench.lossy_network skipped: it needs network namespaces (as root): {reason}")
@@ -264,7 +288,7 @@ def main() -> None:
     if not args.no_direct:
         direct_part(args, lines, conditions, clips, folder, report)
     if args.livekit:
-        livekit_part(conditions, args.livekit_seconds, folder, args.seed, report)
+        livekit_part(conditions, args.livekit_seconds, args.livekit_calls, folder, args.seed, report)
     report.write()
     print(f"({time.perf_counter() - started:.0f} s; load average {load_at_start} at the start, {load()} at the end; "
           f"logs in {folder})")

@@ -18,6 +18,7 @@ REALTIME = (
     "tests/omni_peer/", "tests/livekit_agents/", "tests/network/", "tests/livekit/", "tests/integration/",
     "tests/livekit_server_tests/test_forwarding.py", "tests/livekit_server_tests/test_loopback_server.py",
     "tests/livekit_server_tests/test_ffi_exit.py", "tests/livekit_server_tests/test_sip_service.py",
+    "tests/livekit_server_tests/test_section_start.py",
     "tests/remote/test_failover_processes.py", "tests/remote/test_end_to_end.py",
     "tests/moshi/test_webrtc.py", "tests/moshi/test_serving.py", "tests/moshi/test_overlap.py",
     "tests/moshi/test_gpu_check.py", "tests/moshi/test_batch.py", "tests/moshi/test_bench_imports.py",

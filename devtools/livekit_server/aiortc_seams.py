@@ -19,7 +19,14 @@ aiortc's stages:
   extensions, and keeps the counters its RTCP sender reports are built from;
 - the msid: aiortc writes each sender's ``_stream_id`` (a random one) into its
   ``a=msid`` line and has no setting for it; ``set_msid_stream`` sets the one the
-  SDK reads.
+  SDK reads;
+- the start of a negotiated section: aiortc starts a section's sender and receiver in the
+  connect step each negotiation schedules (``RTCPeerConnection.__connect``), and only if
+  the DTLS transport is connected when that step looks; a step that finds the handshake
+  under way skips them, and the step that is driving the handshake may already have
+  passed them. A section negotiated during the handshake (which a lossy link stretches
+  to seconds) then never sends or receives. ``start_sections_once_connected`` runs the
+  connect step again once the connection is up.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
-from aiortc import RTCRtpCodecParameters, RTCRtpReceiver, RTCRtpSender, clock
+from aiortc import RTCPeerConnection, RTCRtpCodecParameters, RTCRtpReceiver, RTCRtpSender, clock
 from aiortc.rtcrtpparameters import RTCRtpReceiveParameters
 from aiortc.rtcrtpreceiver import StreamStatistics
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket
@@ -60,6 +67,18 @@ def tap_rtp(receiver: RTCRtpReceiver, handler: RtpHandler, red_payload_type: int
 
     receiver.receive = _receive  # type: ignore[method-assign]
     receiver._handle_rtp_packet = _handle_rtp_packet  # type: ignore[method-assign]
+
+
+def start_sections_once_connected(pc: RTCPeerConnection) -> None:
+    """Once ``pc`` connects, start every negotiated section that aiortc's own connect steps
+    skipped, as pion (LiveKit's) does: a sender bound at negotiation sends as soon as the
+    transport is up, whichever came first. The step starts only what has not started (a
+    sender's ``send`` and a receiver's ``receive`` do nothing the second time)."""
+
+    @pc.on("connectionstatechange")
+    async def _on_state() -> None:
+        if pc.connectionState == "connected":
+            await pc._RTCPeerConnection__connect()  # type: ignore[attr-defined]
 
 
 def set_msid_stream(sender: RTCRtpSender, stream_id: str) -> None:
@@ -94,7 +113,7 @@ class RtpWriter:
     def waiting_for(self) -> str:
         """What keeps it from sending: the subscriber's answer, or its transport's connection."""
         if self.payload_type is None:
-            return "no answer applied"
+            return "its sender to start (an answer applied on a connected transport)"
         return f"transport {self._sender.transport.state}"
 
     async def write(self, source: RtpPacket, sequence_number: int, timestamp: int,

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 RELIABLE_LABEL = "_reliable"
 LOSSY_LABEL = "_lossy"
+#: Packets held from one subscriber before the server says so in its log: about 5 s of audio.
+HELD_WARNING = 250
 
 
 def new_peer_connection() -> RTCPeerConnection:
@@ -116,7 +118,8 @@ class ForwardingRecord:
                     subscribers.setdefault(hop.subscriber, []).append(hop.sent_ns)
             forwarder = self.forwarders.get(sid)
             unready = [] if forwarder is None else forwarder.unready_subscribers()
-            lines.append(line + "".join(f"; {len(sent)} to {who}" + _last(sent, now_ns)
+            starts = {} if forwarder is None else forwarder.starts()
+            lines.append(line + "".join(f"; {len(sent)} to {who}" + _last(sent, now_ns) + starts.get(who, "")
                                         for who, sent in subscribers.items())
                          + "".join(f"; {held} held from {who} ({why})" for who, held, why in unready))
         return lines
@@ -161,6 +164,9 @@ class AudioForwarder:
         for sub in list(self._subs):
             if not sub.writer.ready:
                 sub.held += 1
+                if sub.held == HELD_WARNING:
+                    log.warning("%s: %d packets held from %s, its writer waiting for %s", self.track_sid,
+                                sub.held, sub.subscriber, sub.writer.waiting_for)
                 continue
             try:
                 sent = await sub.forward(packet)
@@ -171,6 +177,8 @@ class AudioForwarder:
                 continue
             if sent is None:
                 continue
+            if sub.first_sent_ns is None:
+                sub.first_sent_ns = sent
             self._record.hops.append(Hop(self.track_sid, sub.subscriber, packet.sequence_number,
                                          arrived, sent))
         return True
@@ -186,6 +194,15 @@ class AudioForwarder:
 
     def _detach(self, track: ForwardedAudioTrack) -> None:
         self._subs.discard(track)
+
+    def starts(self) -> dict[str, str]:
+        """Per attached subscriber: how many packets were held from it before its first went, and
+        how long after it subscribed that first one went (for a failure's reader)."""
+        out = {}
+        for sub in self._subs:
+            first = "" if sub.first_sent_ns is None else f", first {(sub.first_sent_ns - sub.attached_ns) / 1e9:.2f} s after subscribing"
+            out[sub.subscriber] = f" ({sub.held} held{first})"
+        return out
 
     def unready_subscribers(self) -> list[tuple[str, int, str]]:
         """Each attached subscriber this track's packets are held from: who, how many packets,
@@ -214,6 +231,8 @@ class ForwardedAudioTrack(MediaStreamTrack):
         self._forwarder = forwarder
         self._ended = asyncio.Event()
         self.held = 0  # packets not sent: the writer was not ready
+        self.attached_ns = time.perf_counter_ns()
+        self.first_sent_ns: int | None = None
         self._seq_offset = random.getrandbits(16)
         self._ts_offset = random.getrandbits(32)
 

@@ -24,7 +24,7 @@ from aiortc import RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from livekit.protocol import models, rtc
 
 from . import media_relay
-from .aiortc_seams import set_msid_stream
+from .aiortc_seams import set_msid_stream, start_sections_once_connected
 from .ids import new_sid
 from .publisher_answer import configure_publisher_answer, red_payload_types
 from .subscriber_offer import answer_red, offer_red, red_taken
@@ -139,6 +139,11 @@ class Participant:
 
     # -- peer connection setup --------------------------------------------
     def _setup_pcs(self) -> None:
+        # A track subscribed while a connection still handshakes (seconds on a lossy link) must
+        # still go out once it is up, as LiveKit's down tracks do (bound and connected, either order).
+        for pc in (self.pub_pc, self.sub_pc):
+            if pc is not None:
+                start_sections_once_connected(pc)
         for label in (media_relay.RELIABLE_LABEL, media_relay.LOSSY_LABEL):
             self._sub_dc_backlog[label] = []
         if self.sub_pc is None:

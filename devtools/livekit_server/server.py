@@ -69,8 +69,11 @@ class ServerCore:
         *,
         advertise_ip: str | None = None,
         departure_timeout: float = 1.0,
+        single_pc: bool = True,
     ) -> None:
         self.api_key = api_key
+        #: False: no /rtc/v1, as a LiveKit server older than v1; SDKs then join on /rtc with two peer connections
+        self.single_pc = single_pc
         self.api_secret = api_secret
         self.host = host
         self.port = port
@@ -111,8 +114,9 @@ class ServerCore:
         app.router.add_get("/", self._health)
         app.router.add_get("/rtc", lambda r: signal.rtc_socket(self, r))
         app.router.add_get("/rtc/validate", lambda r: signal.validate(self, r))
-        app.router.add_get("/rtc/v1", lambda r: signal.rtc_v1_socket(self, r))
-        app.router.add_get("/rtc/v1/validate", lambda r: signal.validate_v1(self, r))
+        if self.single_pc:
+            app.router.add_get("/rtc/v1", lambda r: signal.rtc_v1_socket(self, r))
+            app.router.add_get("/rtc/v1/validate", lambda r: signal.validate_v1(self, r))
         app.router.add_get("/agent", self._dispatcher.handle_ws)
         self.twirp.register(app)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)

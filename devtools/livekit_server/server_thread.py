@@ -41,6 +41,7 @@ class LoopbackLiveKitServer:
         *,
         advertise_ip: str | None = None,
         departure_timeout: float = 1.0,
+        single_pc: bool = True,
     ) -> None:
         self.api_key = api_key
         self.api_secret = api_secret
@@ -49,7 +50,8 @@ class LoopbackLiveKitServer:
         self.ip = ""
         self.signal_host = ""
         self._core_args = dict(api_key=api_key, api_secret=api_secret, host=host, port=port,
-                               advertise_ip=advertise_ip, departure_timeout=departure_timeout)
+                               advertise_ip=advertise_ip, departure_timeout=departure_timeout,
+                               single_pc=single_pc)
         self._core: ServerCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

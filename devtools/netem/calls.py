@@ -27,6 +27,8 @@ LIVEKIT_AGENT = "netem-agent"
 LIVEKIT_KEY, LIVEKIT_SECRET = "devkey", "netem-loopback-secret-0123456789abcdef"
 #: The worker's program: the CLI (a bench may name a module that runs it with a variant installed).
 WORKER_MODULE = "duplex_agent.agent.app.cli"
+#: The LiveKit worker's model: the reference model, replying with what it heard.
+REFERENCE_WORKER = ("--plugin", "reference", "--responder", "echo", "--max-sessions", "2")
 _NUMBERS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five", "6": "six",
             "7": "seven", "8": "eight", "9": "nine", "10": "ten"}
 _FUNCTION_WORDS = set(["a", "an", "the", "to", "for", "of", "and", "or", "in", "on", "at", "is", "are", "am", "be", "i", "me", "my", "you", "your", "we", "our", "it", "that", "this", "please", "would", "like", "about", "whether", "with"])
@@ -139,15 +141,17 @@ class CallerProcess:
         self.close()
 
 
-def start_livekit(link: ImpairedLink, sfu_log: IO[str], worker_log: IO[str]) -> str:
-    """The loopback LiveKit server and a LiveKit worker (``duplex-agent start``, reference model,
-    echo responder) in the worker's namespace; the server's URL. The worker reaches the server
-    inside that namespace (unimpaired); only a caller in the caller's namespace crosses the link.
-    The link ends both when it closes."""
+def start_livekit(link: ImpairedLink, sfu_log: IO[str], worker_log: IO[str], *server_flags: str,
+                  worker_flags: tuple[str, ...] = REFERENCE_WORKER) -> str:
+    """The loopback LiveKit server and a LiveKit worker (``duplex-agent start``; by default the
+    reference model with the echo responder) in the worker's namespace; the server's URL
+    (``server_flags``: more of the server's command line). The worker reaches the server inside
+    that namespace (unimpaired); only a caller in the caller's namespace crosses the link. The
+    link ends both when it closes."""
     address = link.address["worker"]
     sfu = subprocess.Popen([*link.exec_prefix("worker"), sys.executable, "-m", "devtools.livekit_server",
                             "--host", address, "--port", str(SFU_PORT), "--advertise-ip", address,
-                            "--print-url"],
+                            "--print-url", *server_flags],
                            env=environment({"LIVEKIT_API_KEY": LIVEKIT_KEY, "LIVEKIT_API_SECRET": LIVEKIT_SECRET}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=sfu_log, text=True)
     assert sfu.stdout is not None
@@ -158,18 +162,19 @@ def start_livekit(link: ImpairedLink, sfu_log: IO[str], worker_log: IO[str]) -> 
                        # the reference model on a loaded 2-core machine can take seconds per sentence
                        "DUPLEX_BACKEND_STALL_TIMEOUT": "20"})
     subprocess.Popen([*link.exec_prefix("worker"), sys.executable, "-m", "duplex_agent.agent.app.cli", "start",
-                      "--agent-name", LIVEKIT_AGENT, "--plugin", "reference", "--responder", "echo",
-                      "--max-sessions", "2"],
+                      "--agent-name", LIVEKIT_AGENT, *worker_flags],
                      env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=worker_log, stderr=subprocess.STDOUT)
     return url
 
 
-def livekit_callers(link: ImpairedLink, url: str, seconds: float, log: IO[str]) -> dict:
-    """``bench.livekit_callers`` (one caller on the real livekit SDK, barging in again and again)
-    in the caller's namespace for ``seconds``; its final JSON figures."""
+def livekit_callers(link: ImpairedLink, url: str, seconds: float, log: IO[str], *flags: str,
+                    sessions: int = 1) -> dict:
+    """``bench.livekit_callers`` (``sessions`` callers on the real livekit SDK, a room each,
+    barging in again and again) in the caller's namespace for ``seconds`` (``flags``: more of its
+    command line); its final JSON figures."""
     command = [*link.exec_prefix("caller"), sys.executable, "-m", "bench.livekit_callers", "--transport", "livekit",
                "--url", url, "--agent-name", LIVEKIT_AGENT,
-               "--sessions", "1", "--seconds", str(seconds), "--ignore-stdin"]
+               "--sessions", str(sessions), "--seconds", str(seconds), "--ignore-stdin", *flags]
     # The credentials travel in the environment: a command line is visible in ps.
     done = subprocess.run(command, env=environment({"LIVEKIT_API_KEY": LIVEKIT_KEY, "LIVEKIT_API_SECRET": LIVEKIT_SECRET}), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=log, text=True, timeout=seconds + 120)
