@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from aiortc import RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from livekit.protocol import models, rtc
 
+from duplex_agent.webrtc.direct.ice_consent import keep_consent
+
 from . import media_relay
 from .aiortc_seams import set_msid_stream, start_sections_once_connected
 from .ids import new_sid
@@ -239,6 +241,7 @@ class Participant:
     async def _on_offer(self, sd: rtc.SessionDescription) -> None:
         # publisher negotiation (on v1, all of it): client offers, we answer
         await self.pub_pc.setRemoteDescription(RTCSessionDescription(sdp=sd.sdp, type="offer"))
+        keep_consent(self.pub_pc)  # RFC 7675's 30 s, as LiveKit's ICE allows, not aioice's few seconds
         self._remote_set[0] = True
         new_media, self._new_media = self._new_media, []
         red_of_mid = red_payload_types(sd.sdp, self._audio_track_info)  # before the tracks stop being pending
@@ -528,6 +531,7 @@ class Participant:
                 )
                 sdp = await asyncio.wait_for(self._answer_fut, NEGOTIATION_TIMEOUT)
                 await self.sub_pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+                keep_consent(self.sub_pc)
                 taken = red_taken(sdp)
                 for s in audio:
                     s.relayed.writer.red_payload_type = taken.get(s.transceiver.mid)
