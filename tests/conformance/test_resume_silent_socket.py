@@ -10,6 +10,7 @@ replays, and the reply goes on to its ``response.done``; so must we, with every 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import pytest
@@ -62,10 +63,8 @@ async def served():
 
     yield start
     for cleanup in reversed(cleanups):
-        try:
+        with contextlib.suppress(Exception):  # teardown of sockets the test left half-open
             await cleanup()
-        except Exception:  # noqa: BLE001  (teardown of sockets the test left half-open)
-            pass
 
 
 async def mid_reply_then_silent(path: SilentPath, client) -> OmniClient:
