@@ -282,7 +282,11 @@ class ServerConnection:
                 # Its own task: with the server not reading, the ping's write may wait on a full buffer.
                 self._probe = asyncio.create_task(self._ping(self._ws), name="remote-probe")
             elif verdict is Verdict.UNRESPONSIVE:
-                self._give_up_host()
+                # What arrived while this loop was busy is read first: a stalled loop is not a silent host.
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                if self._connected.is_set() and self.liveness.verdict() is Verdict.UNRESPONSIVE:
+                    self._give_up_host()
 
     @staticmethod
     async def _ping(ws: aiohttp.ClientWebSocketResponse) -> None:

@@ -10,7 +10,9 @@ and only a host that stopped running does not.
 ``HostLiveness`` is the rule alone, on a clock it is given: ``heard`` on every frame, then
 ``verdict`` says whether to probe, wait, or give the host up. A pause shorter than
 ``unresponsive_after_s - probe_after_s`` (a garbage collection, a scheduling hiccup) delays one
-pong and is forgiven; silence for ``unresponsive_after_s`` is a host that is gone.
+pong and is forgiven; silence for ``unresponsive_after_s`` is a host that is gone. The host is
+never given up before a probe had that answer window: when this side's own loop stalls past
+the probe's time, the silence it finds is its own, so the host is asked first.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class HostLiveness:
         self.unresponsive_after_s = unresponsive_after_s
         self._clock = clock
         self._heard_at = clock()
-        self._probed = False  # a probe went out since the last frame heard
+        self._probed_at: float | None = None  # when a probe went out since the last frame heard
 
     @property
     def silent_s(self) -> float:
@@ -46,19 +48,29 @@ class HostLiveness:
     def heard(self) -> None:
         """A frame arrived (an event, a pong, a ping, a close)."""
         self._heard_at = self._clock()
-        self._probed = False
+        self._probed_at = None
+
+    @property
+    def _answer_window_s(self) -> float:
+        return self.unresponsive_after_s - self.probe_after_s
 
     def verdict(self) -> Verdict:
         """What the silence so far means; PROBE once per quiet spell (the caller sends it)."""
-        silent = self.silent_s
-        if silent >= self.unresponsive_after_s:
-            return Verdict.UNRESPONSIVE
-        if silent >= self.probe_after_s and not self._probed:
-            self._probed = True
+        now = self._clock()
+        silent = now - self._heard_at
+        if self._probed_at is None:
+            if silent < self.probe_after_s:
+                return Verdict.ALIVE
+            self._probed_at = now
             return Verdict.PROBE
+        if silent >= self.unresponsive_after_s and now - self._probed_at >= self._answer_window_s:
+            return Verdict.UNRESPONSIVE
         return Verdict.ALIVE
 
     def next_check_in(self) -> float:
         """Seconds until the verdict can next change, if nothing arrives meanwhile."""
-        due = self.unresponsive_after_s if self._probed else self.probe_after_s
-        return max(0.0, due - self.silent_s)
+        now = self._clock()
+        if self._probed_at is None:
+            return max(0.0, self.probe_after_s - (now - self._heard_at))
+        due = max(self._heard_at + self.unresponsive_after_s, self._probed_at + self._answer_window_s)
+        return max(0.0, due - now)

@@ -30,6 +30,7 @@ from tests.remote.fake_server import OMNI_CAPS, FakeServer, FakeSession, session
 from tests.remote.test_faults import start_server_process
 from tests.support.audio import tone
 from tests.support.ports import free_port
+from tests.support.waits import until
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
 #: For a host that never creates the session: given up sooner than a cold host's first session may take.
@@ -164,6 +165,31 @@ async def test_a_lone_backend_that_freezes_is_tried_again_and_the_call_goes_on_w
         assert conversation.resumes == 1, "the session was not resumed on the host once it woke"
         assert not [e for e in seen if isinstance(e, p.SessionClosed)]
         assert done.response_id != first.response_id  # type: ignore[attr-defined]
+    finally:
+        await conversation.close()
+        await backend.close()
+
+
+async def test_a_stall_of_this_sides_own_loop_does_not_give_a_live_host_up(hosts):
+    """The worker's own loop is busy for two seconds (the silence is its own): the host is asked
+    before it is judged, and the call goes on on its socket."""
+    _, urls = await hosts(1)
+    backend = RemoteBackend(urls[0], options=OPTIONS)
+    conversation = await backend.open()
+    try:
+        conversation.send(p.SessionUpdate({"turn_detection": None}))
+        seen: list[p.ServerEvent] = []
+        await events_until(conversation, lambda e: isinstance(e, p.SessionCreated), seen)
+        lost_before = counted(metrics.BACKEND_LOST, "unresponsive")
+        # A quiet moment with no ping out yet: nothing is in flight when the loop stops.
+        liveness = conversation._connection.liveness  # noqa: SLF001  (the precondition, not the verdict)
+        await until(lambda: 0.25 < liveness.silent_s < liveness.probe_after_s, 10.0, "a quiet socket")
+        time.sleep(2.0)  # the stimulus: this loop runs nothing, as under a burst of work
+        ask(conversation)
+        done = await events_until(conversation, lambda e: isinstance(e, p.ResponseDone), seen, timeout=30)
+        assert done.status == "completed"
+        assert conversation.resumes == 0 and conversation.lost_reason is None
+        assert counted(metrics.BACKEND_LOST, "unresponsive") == lost_before
     finally:
         await conversation.close()
         await backend.close()

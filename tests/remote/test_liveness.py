@@ -93,6 +93,20 @@ def test_a_frozen_host_is_given_up_within_the_bound_of_its_last_frame_whenever_i
         assert seen[-1][0] == pytest.approx(last_heard + 1.5, abs=0.01), (froze_after, seen)
 
 
+def test_a_stall_of_this_sides_own_loop_is_not_taken_for_a_silent_host():
+    """The watcher wakes two seconds late (this side's loop was busy): the host is asked first, and
+    given its whole answer window, before it can be given up."""
+    clock = Clock()
+    liveness = watch(clock)
+    clock.now += 2.0
+    assert liveness.verdict() is Verdict.PROBE
+    clock.now += 0.9
+    assert liveness.verdict() is Verdict.ALIVE
+    assert liveness.next_check_in() == pytest.approx(0.1)
+    clock.now += 0.1
+    assert liveness.verdict() is Verdict.UNRESPONSIVE
+
+
 def test_the_probe_must_have_time_to_be_answered():
     with pytest.raises(ValueError):
         HostLiveness(probe_after_s=1.5, unresponsive_after_s=1.5, clock=Clock())
