@@ -15,7 +15,7 @@ class RemoteOptions:
     #: No server event for this long while a response plays: the response is cancelled here.
     stall_timeout_s: float = 3.0
     #: A socket quiet for this long gets a websocket ping (see ``liveness``).
-    probe_after_s: float = 0.5
+    probe_after_s: float = 0.25
     #: Nothing from the server for this long, not even a pong: its host is given up (a frozen VM, a
     #: partition, a power cut send no reset). The gap above ``probe_after_s`` is the pause forgiven.
     unresponsive_after_s: float = 1.5

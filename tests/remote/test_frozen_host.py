@@ -183,7 +183,7 @@ async def test_a_stall_of_this_sides_own_loop_does_not_give_a_live_host_up(hosts
         lost_before = counted(metrics.BACKEND_LOST, "unresponsive")
         # A quiet moment with no ping out yet: nothing is in flight when the loop stops.
         liveness = conversation._connection.liveness  # noqa: SLF001  (the precondition, not the verdict)
-        await until(lambda: 0.25 < liveness.silent_s < liveness.probe_after_s, 10.0, "a quiet socket")
+        await until(lambda: 0.1 < liveness.silent_s < liveness.probe_after_s, 10.0, "a quiet socket")
         time.sleep(2.0)  # the stimulus: this loop runs nothing, as under a burst of work
         ask(conversation)
         done = await events_until(conversation, lambda e: isinstance(e, p.ResponseDone), seen, timeout=30)
