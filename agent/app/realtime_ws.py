@@ -127,6 +127,7 @@ class RealtimeEndpoint:
         try:
             conversation = await self.backend.open()
         except AdmissionError as exc:
+            log.info("a new session was refused: %s (%s)", exc.code, exc)
             await _send_direct(ws, p.ErrorEvent.of(exc.code, str(exc), event_id=update.event_id,
                                                    error_type="rate_limit_error"))
             return None

@@ -324,3 +324,39 @@ async def answered_elsewhere(pool: BackendPool, silent: FakeServer) -> None:
     assert (await events_until(conversation, lambda e: isinstance(e, p.ResponseDone), [], timeout=30)).status \
         == "completed"
     await conversation.close()
+
+
+async def test_a_front_whose_lone_backend_never_creates_the_session_refuses_that_call_and_keeps_serving(
+        fake_servers, caplog):
+    """Through our endpoint: the caller is told why, the reason is in the log and /metrics, and the
+    front answers the next caller (and its own routes) all the same."""
+    from aiohttp.test_utils import TestServer
+
+    from duplex_agent.agent.app.server import build_app
+    from duplex_agent.agent.app.settings import Settings
+    from tests.conformance.omni_client import OmniClient
+
+    caplog.set_level(logging.INFO, "duplex_agent.realtime")
+    silent = await fake_servers(never_creates_a_session)
+    backend = RemoteBackend(silent.url, options=IMPATIENT)
+    front = TestServer(build_app(backend, Settings(resume_grace_s=0), with_webrtc=False), host="127.0.0.1")
+    await front.start_server()
+    url = str(front.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1)
+    before = counted(metrics.ERRORS, "backend_timeout")
+    try:
+        for caller in range(2):
+            client = OmniClient(url)
+            try:
+                await client.connect()
+                await client.send({"type": "session.update", "event_id": f"evt_{caller}", "session": {}})
+                refusal = await client.recv(timeout=10)
+                assert refusal["type"] == "error" and refusal["error"]["code"] == "backend_timeout", refusal
+                assert refusal["error"]["event_id"] == f"evt_{caller}"
+            finally:
+                await client.close()
+        assert counted(metrics.ERRORS, "backend_timeout") == before + 2
+        assert "refused: backend_timeout" in caplog.text
+        assert silent.connections == 2 and backend.active_sessions == 0
+    finally:
+        await front.close()
+        await backend.close()
