@@ -196,10 +196,14 @@ BACKEND_FREE = Gauge("duplex_backend_free_sessions", "Sessions the backend will 
                      "knows it (-1: unknown)", ["backend"], registry=REGISTRY)
 BACKEND_REFUSALS = Counter("duplex_backend_refusals", "Conversations the backend refused (full)", ["backend"],
                            registry=REGISTRY)
-BACKEND_FAILURES = Counter("duplex_backend_failures", "Opens that failed (unreachable, timeout) and conversations "
-                           "lost with the backend", ["backend"], registry=REGISTRY)
+BACKEND_FAILURES = Counter("duplex_backend_failures", "Opens that failed and conversations lost with the backend, "
+                           "by why (the error code: backend_timeout, backend_unavailable, backend_lost_unresponsive, "
+                           "...)", ["backend", "reason"], registry=REGISTRY)
 BACKEND_RTT_MS = Gauge("duplex_backend_rtt_ms", "Round trip of the last health probe of the backend, in ms",
                        ["backend"], registry=REGISTRY)
+BACKEND_LOST = Counter("duplex_backend_connections_lost", "Live conversations whose backend connection was given "
+                       "up, by why: closed (dropped and not resumed) or unresponsive (open, but nothing came back)",
+                       ["reason"], registry=REGISTRY)
 BACKEND_FAILOVERS = Counter("duplex_backend_failovers", "Conversations moved to another backend after theirs "
                             "was lost", registry=REGISTRY)
 

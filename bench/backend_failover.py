@@ -1,4 +1,4 @@
-"""The gap a caller hears when its backend dies: a question asked just after the kill.
+"""The gap a caller hears when its backend dies or freezes: a question asked just after.
 
 Per trial, three real processes: two backends (our endpoint with the scripted model,
 60 words generated 50 ms apart) and a front ``duplex-agent serve --backend A --backend B``;
@@ -9,7 +9,13 @@ generating) or once it is fully generated (even trials), and the caller asks aga
 once. The gap is end of that question (its commit sent) -> first audio of its answer,
 minus the same run's normal turn.
 
-Run: python -m bench.backend_failover [trials] [--quick]   (default 5; quick: 2)
+Then as many trials where the backend is frozen instead (SIGSTOP at the first audio of the
+answer: no reset, its sockets stay open, as a powered-off or partitioned host's would): the
+time from the freeze to the caller being told the playing reply failed (the call starts
+moving), beside the same from a kill while generating (the host's reset tells at once), and
+the gap of the question asked at the freeze.
+
+Run: python -m bench.backend_failover [trials] [--quick]   (default 5 of each; quick: 2)
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -122,9 +129,11 @@ class Caller:
             if event["type"] == "response.output_audio.delta" and event["response_id"] not in not_of:
                 return time.perf_counter(), event["response_id"]
 
-    async def done(self, response_id: str) -> None:
+    async def done(self, response_id: str) -> str:
+        """Wait for ``response_id``'s end; its status."""
         while (event := await self.recv())["type"] != "response.done" or event["response_id"] != response_id:
             pass
+        return event["response"]["status"]
 
 
 async def holder(a: Process, b: Process) -> Process:
@@ -136,8 +145,17 @@ async def holder(a: Process, b: Process) -> Process:
     raise RuntimeError("no backend holds the call")
 
 
-async def trial(n: int) -> tuple[float, float]:
-    """(normal turn, turn after the kill), in ms."""
+@dataclass
+class Trial:
+    normal_ms: float
+    #: End of the question asked at the kill or freeze -> first audio of its answer.
+    after_ms: float
+    #: The kill or freeze -> the caller told the playing reply failed (None: it had finished).
+    moved_ms: float | None
+
+
+async def trial(n: int, *, freeze: bool = False) -> Trial:
+    """One call; its backend killed (or, with ``freeze``, stopped with SIGSTOP) mid-call."""
     backends = [Process(["-m", "bench.backend_failover", "--backend-process", "{port}"]) for _ in range(2)]
     front = None
     try:
@@ -159,28 +177,41 @@ async def trial(n: int) -> tuple[float, float]:
             await ws.send_str(json.dumps({"type": "playback.ack", "response_id": normal_reply, "played_ms": 1e6}))
             await caller.ask()
             _, doomed = await caller.first_audio(not_of={normal_reply})
-            if n % 2 == 0:  # even trials: kill once the answer is fully generated
+            generating = freeze or n % 2 == 1  # even kill trials: once the answer is fully generated
+            if not generating:
                 await caller.done(doomed)
-            (await holder(*backends)).stop(signal.SIGKILL)
+            lost = await holder(*backends)
+            struck = time.perf_counter()
+            if freeze:
+                lost.process.send_signal(signal.SIGSTOP)
+            else:
+                lost.stop(signal.SIGKILL)
             asked = await caller.ask()
+            moved_ms = None
+            if generating:
+                status = await caller.done(doomed)
+                moved_ms = 1000 * (time.perf_counter() - struck) if status == "failed" else None
             heard, _ = await caller.first_audio(not_of={normal_reply, doomed})
-            return normal_ms, 1000 * (heard - asked)
+            return Trial(normal_ms, 1000 * (heard - asked), moved_ms)
     finally:
         if front is not None:
             front.stop()
         for backend in backends:
+            backend.process.send_signal(signal.SIGCONT)  # a frozen one must run to take its SIGTERM
             backend.stop()
 
 
 async def main(trials: int, quick: bool = False) -> None:
     report = Report("backend_failover", quick=quick)
-    normals, afters = [], []
+    normals, afters, killed_moves = [], [], []
     for n in range(1, trials + 1):
-        normal_ms, after_ms = await trial(n)
-        normals.append(normal_ms)
-        afters.append(after_ms)
+        done = await trial(n)
+        normals.append(done.normal_ms)
+        afters.append(done.after_ms)
+        if done.moved_ms is not None:
+            killed_moves.append(done.moved_ms)
         print(f"  trial {n} ({'killed while generating' if n % 2 else 'killed after generating'}): "
-              f"normal turn {normal_ms:.0f} ms, turn after the kill {after_ms:.0f} ms", flush=True)
+              f"normal turn {done.normal_ms:.0f} ms, turn after the kill {done.after_ms:.0f} ms", flush=True)
     gaps = [after - normal for after, normal in zip(afters, normals, strict=True)]
     print(f"backend killed mid-call, {trials} trials (two scripted backends behind a front serve, loopback):")
     print(f"  normal turn (end of question -> first audio):      {spread(normals)}")
@@ -193,7 +224,37 @@ async def main(trials: int, quick: bool = False) -> None:
                floor=statistics.median(normals), unit="ms", n=trials, area="backends")
     report.add("failover.gap_max", f"{title}, the slowest; floor: the slowest normal turn", max(afters),
                floor=max(normals), unit="ms", n=trials, area="backends")
+    await frozen_trials(report, trials, killed_moves)
     report.write()
+
+
+async def frozen_trials(report: Report, trials: int, killed_moves: list[float]) -> None:
+    """The same call with its backend frozen (SIGSTOP) mid-reply instead of killed."""
+    moves, normals, afters = [], [], []
+    for n in range(1, trials + 1):
+        done = await trial(n, freeze=True)
+        if done.moved_ms is None:
+            raise RuntimeError("the frozen host's reply was not ended failed: the call never moved")
+        moves.append(done.moved_ms)
+        normals.append(done.normal_ms)
+        afters.append(done.after_ms)
+        print(f"  frozen trial {n}: told the reply failed {done.moved_ms:.0f} ms after the freeze, "
+              f"normal turn {done.normal_ms:.0f} ms, turn after the freeze {done.after_ms:.0f} ms", flush=True)
+    floor_p50 = statistics.median(killed_moves) if killed_moves else None
+    floor_max = max(killed_moves) if killed_moves else None
+    print(f"backend frozen mid-reply (SIGSTOP, no reset), {trials} trials:")
+    print(f"  freeze -> caller told the reply failed (the move starts): {spread(moves)}")
+    print(f"    floor, the same after a kill (a reset):                 "
+          f"{spread(killed_moves) if killed_moves else 'n/a'}")
+    print(f"  question asked at the freeze -> first audio:              {spread(afters)}")
+    title = "the call's GPU host froze mid-reply (no reset): freeze -> the caller told the reply failed (the move starts)"
+    report.add("failover.frozen_moved_p50", f"{title}, p50; floor: the same after a kill", statistics.median(moves),
+               floor=floor_p50, unit="ms", n=trials, area="backends")
+    report.add("failover.frozen_moved_max", f"{title}, the slowest; floor: the slowest after a kill", max(moves),
+               floor=floor_max, unit="ms", n=trials, area="backends")
+    report.add("failover.frozen_gap_p50", "a question asked as the call's GPU host froze, end of question -> first "
+               "audio, p50; floor: a normal turn", statistics.median(afters), floor=statistics.median(normals),
+               unit="ms", n=trials, area="backends")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,11 @@ def build_backend(settings: Settings) -> DuplexBackend:
         backends = BackendList(settings.backend)
         several = backends.file is not None or len(urls) > 1
         # In a pool a host that refuses or never answers is gone at once: the call moves to another.
+        # A quiet socket is pinged early (a sixth of the unresponsive timeout): the rest is the pause forgiven.
         options = RemoteOptions(stall_timeout_s=settings.backend_stall_timeout,
                                 connect_timeout_s=settings.backend_connect_timeout,
+                                unresponsive_after_s=settings.backend_unresponsive_timeout,
+                                probe_after_s=settings.backend_unresponsive_timeout / 6,
                                 resume_gives_up_unreachable=several,
                                 tools=_yes_no("--backend-tools", settings.backend_tools),
                                 replies_to_tool_output=_yes_no("--backend-replies-to-tool-output",

@@ -99,6 +99,10 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                                 "mid-reply before the reply is cancelled"),
     "backend_connect_timeout": SettingFlag(MODEL, MODEL_COMMANDS, "--backend: seconds a backend's websocket "
                                                                   "handshake may take before it counts as gone"),
+    "backend_unresponsive_timeout": SettingFlag(MODEL, MODEL_COMMANDS, "--backend: seconds a live call's backend "
+                                                                       "may answer nothing, not even a ping, before "
+                                                                       "its host counts as gone (a frozen or cut-off "
+                                                                       "host sends no reset)"),
     "backend_lost_grace": SettingFlag(MODEL, MODEL_COMMANDS, "several --backend: seconds a call whose backend is "
                                                              "lost looks for another before it ends"),
     "tools": SettingFlag(TOOLS, MODEL_COMMANDS, "a module (package.module) of livekit-agents @function_tool "

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -49,12 +50,16 @@ _TRANSPORT_EVENTS = ("session.heartbeat", "session.event_ack", "session.close", 
 
 class RealtimeEndpoint:
     def __init__(self, backend: DuplexBackend, *, config_timeout_s: float = 10.0, resume_grace_s: float = 30.0,
-                 journal_bytes: int = 8 << 20, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        """``resume_grace_s``: how long a session outlives its socket (0: not resumable)."""
+                 journal_bytes: int = 8 << 20, max_event_bytes: int = MAX_EVENT_BYTES,
+                 socket_backlog_bytes: int = 8 << 20) -> None:
+        """``resume_grace_s``: how long a session outlives its socket (0: not resumable).
+        ``socket_backlog_bytes``: what may wait for a socket that takes its events too slowly before it
+        counts as dropped (about two minutes of 24 kHz audio)."""
         self.backend = backend
         self.config_timeout_s = config_timeout_s
         self.resume_grace_s = resume_grace_s
         self.journal_bytes = journal_bytes
+        self.socket_backlog_bytes = socket_backlog_bytes
         self.max_event_bytes = max_event_bytes
         self.sessions = SessionStore()
 
@@ -71,11 +76,13 @@ class RealtimeEndpoint:
             raise web.HTTPBadRequest(text=json.dumps({"error": reason}), content_type="application/json")
         ws = web.WebSocketResponse(max_msg_size=TRANSPORT_LIMIT_BYTES, heartbeat=30.0)
         await ws.prepare(request)
+        abort = _aborter(request, ws)
         live: LiveSession | None = None
         if _autostarts(request):
-            live = await self._open(ws, None, model=request.query["model"])
+            live = await self._open(ws, abort, None, model=request.query["model"])
         elif (first := await self._first_message(ws)) is not None:
-            live = await (self._resume(ws, first) if first.get("type") == "session.resume" else self._open(ws, first))
+            live = await (self._resume(ws, abort, first) if first.get("type") == "session.resume"
+                          else self._open(ws, abort, first))
         if live is None:
             await ws.close()
             return ws
@@ -102,7 +109,7 @@ class RealtimeEndpoint:
             return None
         return data
 
-    async def _open(self, ws: web.WebSocketResponse, first: dict[str, Any] | None, *,
+    async def _open(self, ws: web.WebSocketResponse, abort: Callable[[], None], first: dict[str, Any] | None, *,
                     model: str = "") -> LiveSession | None:
         """Open a session with ``first`` (a ``session.update``, else the defaults and then ``first``).
 
@@ -120,6 +127,7 @@ class RealtimeEndpoint:
         try:
             conversation = await self.backend.open()
         except AdmissionError as exc:
+            log.info("a new session was refused: %s (%s)", exc.code, exc)
             await _send_direct(ws, p.ErrorEvent.of(exc.code, str(exc), event_id=update.event_id,
                                                    error_type="rate_limit_error"))
             return None
@@ -138,24 +146,25 @@ class RealtimeEndpoint:
             await conversation.close("session_rejected")
             return None
         resumable = self.resume_grace_s > 0
-        live = LiveSession(conversation, events, journal_bytes=self.journal_bytes, resumable=resumable,
+        live = LiveSession(conversation, events, journal_bytes=self.journal_bytes,
+                           socket_backlog_bytes=self.socket_backlog_bytes, resumable=resumable,
                            on_closed=self.sessions.forget)
-        live.ws = ws
-        live.generation = 1
+        live.attach_first(ws, abort, grace_s=self.resume_grace_s, on_expired=self._expire)
         self.sessions.add(live)
         created: dict[str, Any] = {"attachment_generation": 1}
         if resumable:
             created["resume_token"] = live.new_token()
-        await live.emit(reply, journal=False, **created)
-        await live.emit(p.SessionUpdated(reply.session))  # vLLM-Omni echoes the opening update
+        live.emit(reply, journal=False, **created)
+        live.emit(p.SessionUpdated(reply.session))  # vLLM-Omni echoes the opening update
         for event in early:
-            await live.emit(event)
+            live.emit(event)
         live.start_pump()
         if first is not None and first is not opening:
             await self._on_text(live, json.dumps(first))
         return live
 
-    async def _resume(self, ws: web.WebSocketResponse, first: dict[str, Any]) -> LiveSession | None:
+    async def _resume(self, ws: web.WebSocketResponse, abort: Callable[[], None],
+                      first: dict[str, Any]) -> LiveSession | None:
         try:
             request = codec.decode_client_event(json.dumps(first))
         except p.ProtocolError:
@@ -176,16 +185,14 @@ class RealtimeEndpoint:
                                                    event_id=request.event_id))
             return None
         try:
-            _, previous = await live.attach(ws, request.last_received_server_event_seq)
+            # At once, whatever the previous socket is doing: its writer is ended on its own task.
+            live.attach(ws, abort, request.last_received_server_event_seq)
         except JournalGap:
             await _send_direct(ws, p.SessionResyncRequired(live.session_id, "journal_gap"))
             return None
         except ValueError as exc:
             await _send_direct(ws, p.ErrorEvent.of("session_resume_conflict", str(exc), event_id=request.event_id))
             return None
-        if previous is not None:
-            await _send_direct(previous, p.SessionReplaced(live.session_id, live.generation - 1))
-            await previous.close()
         log.info("session %s resumed after seq %d", live.session_id, request.last_received_server_event_seq)
         return live
 
@@ -202,7 +209,7 @@ class RealtimeEndpoint:
                 if message.type == WSMsgType.TEXT:
                     await self._on_text(live, message.data)
                 elif message.type == WSMsgType.BINARY:
-                    await live.emit(p.ErrorEvent.of("invalid_event", "send events as JSON text frames"))
+                    live.emit(p.ErrorEvent.of("invalid_event", "send events as JSON text frames"))
                 elif message.type == WSMsgType.ERROR:
                     log.info("websocket error: %s", ws.exception())
                     break
@@ -216,28 +223,23 @@ class RealtimeEndpoint:
             self._socket_gone(ws, live)
 
     def _socket_gone(self, ws: web.WebSocketResponse, live: LiveSession) -> None:
-        if live.closing or live.closed.is_set():
+        if live.closing or live.ending or live.closed.is_set():
             return
-        if self.resume_grace_s > 0:
-            if live.detach(ws, self.resume_grace_s, self._expire):
-                log.info("session %s: its socket dropped; kept %g s for a resume", live.session_id,
-                         self.resume_grace_s)
-        elif live.ws is ws:
-            live.ws = None
-            live.expire_now(self._expire)
+        if live.detach(ws) and self.resume_grace_s > 0:
+            log.info("session %s: its socket dropped; kept %g s for a resume", live.session_id, self.resume_grace_s)
 
     async def _expire(self, live: LiveSession) -> None:
         await live.shutdown("disconnect_grace_expired")
 
     async def _on_text(self, live: LiveSession, text: str) -> None:
         if len(text) > self.max_event_bytes or len(text.encode()) > self.max_event_bytes:
-            await live.emit(p.ErrorEvent.of("event_too_large", f"a frame may carry at most {self.max_event_bytes} "
+            live.emit(p.ErrorEvent.of("event_too_large", f"a frame may carry at most {self.max_event_bytes} "
                                             "bytes"))
             return
         try:
             data = json.loads(text)
         except ValueError:
-            await live.emit(p.ErrorEvent.of("invalid_json", "Invalid JSON event"))
+            live.emit(p.ErrorEvent.of("invalid_json", "Invalid JSON event"))
             return
         kind = data.get("type") if isinstance(data, dict) else None
         if kind in _TRANSPORT_EVENTS:
@@ -246,21 +248,21 @@ class RealtimeEndpoint:
         try:
             event = codec.decode_client_event(text, audio_format=live.input_format)
         except p.ProtocolError as exc:
-            await live.emit(p.ErrorEvent.from_exception(exc))
+            live.emit(p.ErrorEvent.from_exception(exc))
             return
         if isinstance(event, p.InputAudioBufferAppend):
             event = live.rates.adapt(event)
         elif isinstance(event, p.TurnSignal) and not live.conversation.answers_wire_controls:
-            await live.emit(p.TurnEvent(event.event, "accepted"))
+            live.emit(p.TurnEvent(event.event, "accepted"))
             return
         elif (isinstance(event, p.ResponseCancel) and not live.conversation.answers_wire_controls
               and _finished(live, event.response_id)):
             # vLLM-Omni's answer (``resolve_cancel_response``): the reply is over, nothing is cleared.
-            await live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
+            live.emit(p.ErrorEvent.of("response_not_active", f"Response is already complete: "
                                             f"{live.encoder.last_response}", event_id=event.event_id))
             return
         elif isinstance(event, p.InputTextAppend) and not live.conversation.answers_wire_controls:
-            await live.emit(p.ErrorEvent.of(*p.TEXT_APPEND_REFUSED, event_id=event.event_id))
+            live.emit(p.ErrorEvent.of(*p.TEXT_APPEND_REFUSED, event_id=event.event_id))
             return
         live.conversation.send(event)
 
@@ -269,24 +271,37 @@ class RealtimeEndpoint:
             event = codec.decode_client_event(json.dumps(data))
         except p.ProtocolError as exc:
             code = "invalid_event_ack" if data["type"] == "session.event_ack" else exc.code
-            await live.emit(p.ErrorEvent.of(code, str(exc), event_id=exc.event_id))
+            live.emit(p.ErrorEvent.of(code, str(exc), event_id=exc.event_id))
             return
         if isinstance(event, p.SessionHeartbeat):
             if live.conversation.answers_wire_controls:
                 live.conversation.send(event)  # answered in order, as vLLM-Omni answers it
             else:
-                await live.emit(p.SessionHeartbeatAck(live.session_id))
+                live.emit(p.SessionHeartbeatAck(live.session_id))
         elif isinstance(event, p.SessionEventAck):
             try:
                 live.journal.acknowledge(event.server_event_seq)
             except ValueError as exc:
-                await live.emit(p.ErrorEvent.of("invalid_event_ack", str(exc), event_id=event.event_id))
+                live.emit(p.ErrorEvent.of("invalid_event_ack", str(exc), event_id=event.event_id))
         elif isinstance(event, p.SessionClose):
             live.closing = True
             await live.shutdown(event.reason)
         else:
-            await live.emit(p.ErrorEvent.of("unsupported_session_resume", "session.resume must be the first message "
+            live.emit(p.ErrorEvent.of("unsupported_session_resume", "session.resume must be the first message "
                                             "of a new connection", event_id=event.event_id))
+
+
+def _aborter(request: web.Request, ws: web.WebSocketResponse) -> Callable[[], None]:
+    """Drops the request's connection at once (a socket whose peer reads nothing cannot be closed politely)."""
+    transport = request.transport
+
+    def abort() -> None:
+        if transport is not None:
+            transport.abort()
+        else:  # already detached from its connection: a close is all there is
+            asyncio.get_running_loop().create_task(ws.close())
+
+    return abort
 
 
 def _autostarts(request: web.Request) -> bool:

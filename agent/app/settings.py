@@ -61,6 +61,8 @@ class Settings:
     backend_stall_timeout: float = 3.0
     #: Seconds a backend's websocket handshake may take before the backend counts as gone.
     backend_connect_timeout: float = 5.0
+    #: Seconds a live call's backend may answer nothing, not even a ping, before its host counts as gone.
+    backend_unresponsive_timeout: float = 1.5
     #: Seconds a call whose backend is lost looks for another before it ends (several backends).
     backend_lost_grace: float = 10.0
     #: Whether the backends' model calls tools ("yes", "no"; empty: as the server's capabilities say,

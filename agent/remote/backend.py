@@ -170,9 +170,10 @@ class RemoteBackend(DuplexBackend):
         url = self.url.update_query(autostart="0") if resume else self.url  # vLLM-Omni: resume-only socket
         try:
             # The whole handshake is bounded: a host that takes the TCP connection and never answers is gone.
+            # Pings are the connection's own (``ServerConnection``): it answers them and watches the pongs.
             return await asyncio.wait_for(http.ws_connect(
-                url, headers=self._headers, max_msg_size=16 << 20, heartbeat=15.0,
-                timeout=aiohttp.ClientWSTimeout(ws_close=2.0), autoping=True,
+                url, headers=self._headers, max_msg_size=16 << 20,
+                timeout=aiohttp.ClientWSTimeout(ws_close=2.0), autoping=False,
             ), self.options.connect_timeout_s)
         except TimeoutError:
             raise AdmissionError(f"no websocket handshake from the duplex server at {self.url} within "

@@ -1,12 +1,17 @@
 """The websocket to one session on a remote duplex server, kept through dropped connections.
 
-``handshake`` opens the session. ``ServerConnection`` then owns the socket and three tasks:
+``handshake`` opens the session. ``ServerConnection`` then owns the socket and its tasks:
 the writer drains a bounded queue of outgoing messages (with receipts around them on a
 resumable session, see ``outbox``), the reader hands each new server message to its owner
 (and resumes the session after a dropped connection when the server supports it, replaying
-what the old socket may not have delivered), and the heartbeat keeps a vLLM-Omni session's
-lease. It answers for its own bookkeeping messages (receipts, the opening barrier, the resume
-probe, event acks) and passes everything else on.
+what the old socket may not have delivered), the watcher gives up a host that stopped
+answering (``liveness``), and the heartbeat keeps a vLLM-Omni session's lease. It answers for
+its own bookkeeping messages (receipts, the opening barrier, the resume probe, event acks) and
+passes everything else on.
+
+The socket is opened without aiohttp's own ping handling: its pong deadline is half its ping
+interval, too tight to forgive a short pause and too loose to find a frozen host in time, and it
+hides the pongs the watcher needs. So the reader answers the server's pings itself.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -26,6 +32,7 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.remote.answers import ExpectedAnswers, error_code
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.input import OutgoingQueue
+from duplex_agent.agent.remote.liveness import HostLiveness, Verdict
 from duplex_agent.agent.remote.options import RemoteOptions
 from duplex_agent.agent.remote.outbox import Outgoing, Role, SentLog
 from duplex_agent.agent.remote.session import RemoteSession, parse_session_created
@@ -82,12 +89,14 @@ async def handshake(connect: Connect, session: dict[str, Any], *, model: str, ma
 
 
 async def _first_message(ws: aiohttp.ClientWebSocketResponse, timeout: float) -> dict[str, Any] | None:
-    """The next JSON object on ``ws``; None when it closed. Non-JSON text is skipped."""
+    """The next JSON object on ``ws``; None when it closed. Non-JSON text is skipped, pings answered."""
     while True:
         message = await ws.receive(timeout=timeout)
         if message.type != aiohttp.WSMsgType.TEXT:
             if message.type in _CLOSED_TYPES:
                 return None
+            if message.type == aiohttp.WSMsgType.PING:
+                await ws.pong(message.data)
             continue
         try:
             data = json.loads(message.data)
@@ -97,18 +106,28 @@ async def _first_message(ws: aiohttp.ClientWebSocketResponse, timeout: float) ->
             return data
 
 
+class LostReason:
+    """Why a connection was given up (``on_lost``); the log and ``/metrics`` name it."""
+
+    #: The socket closed or dropped, and the session could not be resumed (or is not resumable).
+    CLOSED = "closed"
+    #: The socket stayed open but nothing came back, not even a pong (a frozen or cut-off host).
+    UNRESPONSIVE = "unresponsive"
+
+
 class ServerConnection:
-    """One session's socket: writer, reader and heartbeat tasks, and resume with replay.
+    """One session's socket: writer, reader, watcher and heartbeat tasks, and resume with replay.
 
     ``on_message`` gets every server message that is new (not a replay of one already seen) and
     not an answer to this connection's own bookkeeping; it returns True when the session has
     ended. ``on_lost`` is called, from the reader, when the socket is gone for good (it could not
-    be resumed, or ``stop_resuming`` was called), with its close code.
+    be resumed, or ``stop_resuming`` was called), with its close code and a ``LostReason``.
     """
 
     def __init__(self, connect: Connect, ws: aiohttp.ClientWebSocketResponse, remote: RemoteSession,
                  options: RemoteOptions, answers: ExpectedAnswers, *, last_seq: int,
-                 on_message: Callable[[dict[str, Any]], bool], on_lost: Callable[[int | None], None]) -> None:
+                 on_message: Callable[[dict[str, Any]], bool],
+                 on_lost: Callable[[int | None, str], None]) -> None:
         self._connect = connect
         self._ws = ws
         #: The session as the server last described it (a resume renews its token).
@@ -124,6 +143,10 @@ class ServerConnection:
         self._events_unacked = 0
         #: When the server last sent something new (``time.monotonic``).
         self.last_event_at = time.monotonic()
+        self.liveness = HostLiveness(probe_after_s=options.probe_after_s,
+                                     unresponsive_after_s=options.unresponsive_after_s, clock=time.monotonic)
+        self._unresponsive = False  # the watcher gave the host up; the reader ends the socket
+        self._probe: asyncio.Task[None] | None = None
         self._opening_echo_window = False  # until the opening barrier's answer
         self._resumable = remote.capabilities.supports_resume and bool(remote.resume_token)
         self._resuming_stopped = False
@@ -155,7 +178,8 @@ class ServerConnection:
     def start(self) -> None:
         name = self.remote.session_id or "remote"
         self._tasks = [asyncio.create_task(self._read(), name=f"remote-read-{name}"),
-                       asyncio.create_task(self._write(), name=f"remote-write-{name}")]
+                       asyncio.create_task(self._write(), name=f"remote-write-{name}"),
+                       asyncio.create_task(self._watch_host(), name=f"remote-watch-{name}")]
         if self.remote.extended:
             self._tasks.append(asyncio.create_task(self._heartbeat(), name=f"remote-heartbeat-{name}"))
 
@@ -170,7 +194,7 @@ class ServerConnection:
     async def close(self) -> None:
         """Cancel and await the tasks (all but the calling one), then close the socket."""
         current = asyncio.current_task()
-        tasks = [task for task in self._tasks if task is not current]
+        tasks = [task for task in [*self._tasks, self._probe] if task is not None and task is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -222,17 +246,65 @@ class ServerConnection:
     async def _read(self) -> None:
         while True:
             message = await self._ws.receive()
+            self.liveness.heard()
             if message.type == aiohttp.WSMsgType.TEXT:
                 if self._on_text(message.data):
                     return
+            elif message.type == aiohttp.WSMsgType.PING:
+                with contextlib.suppress(ConnectionError):
+                    await self._ws.pong(message.data)
             elif message.type == aiohttp.WSMsgType.BINARY:
                 log.warning("skipping a binary frame from the duplex server")
             elif message.type in _CLOSED_TYPES:
                 self._connected.clear()
-                if not self._resuming_stopped and self._resumable and await self._resume():
+                # A host that stopped answering on an open socket would not answer a new one either:
+                # in a pool the call moves on at once (a lone backend keeps trying, it may come back).
+                gone = self._unresponsive and self.options.resume_gives_up_unreachable
+                if not self._resuming_stopped and self._resumable and not gone and await self._resume():
                     continue
-                self._on_lost(self._ws.close_code)
+                self._on_lost(self._ws.close_code,
+                              LostReason.UNRESPONSIVE if self._unresponsive else LostReason.CLOSED)
                 return
+
+    # ---- watching the host ----
+
+    async def _watch_host(self) -> None:
+        """Probe a quiet socket; end one whose host answers nothing for ``unresponsive_after_s``."""
+        while True:
+            if not self._connected.is_set():  # a resume is under way, with timeouts of its own
+                await self._connected.wait()
+                self.liveness.heard()
+            await asyncio.sleep(self.liveness.next_check_in())
+            if not self._connected.is_set():
+                continue
+            verdict = self.liveness.verdict()
+            if verdict is Verdict.PROBE and (self._probe is None or self._probe.done()):
+                # Its own task: with the server not reading, the ping's write may wait on a full buffer.
+                self._probe = asyncio.create_task(self._ping(self._ws), name="remote-probe")
+            elif verdict is Verdict.UNRESPONSIVE:
+                # What arrived while this loop was busy is read first: a stalled loop is not a silent host.
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                if self._connected.is_set() and self.liveness.verdict() is Verdict.UNRESPONSIVE:
+                    self._give_up_host()
+
+    @staticmethod
+    async def _ping(ws: aiohttp.ClientWebSocketResponse) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.ping()
+
+    def _give_up_host(self) -> None:
+        """Nothing from the server, not even a pong: end the socket here, as a reset would have."""
+        self._unresponsive = True
+        log.warning("session %s: the duplex server answered nothing for %.1f s, not even a ping; giving the "
+                    "connection up", self.remote.session_id, self.liveness.silent_s)
+        self._connected.clear()
+        # The socket's own shutdown: the reader sees the end at once, and a writer waiting on the
+        # frozen peer's full buffer fails instead of waiting for the kernel's retransmission timeout.
+        sock = self._ws.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _on_text(self, text: str) -> bool:
         """Handle one server message; True when the session has ended."""
@@ -338,6 +410,7 @@ class ServerConnection:
                         self._resend_after_resume()
                     self.resumes += 1
                     self.last_event_at = time.monotonic()
+                    self._unresponsive = False
                     self._connected.set()
                     log.info("resumed session %s after seq %d", self.remote.session_id, self._last_seq)
                     return True

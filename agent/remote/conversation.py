@@ -19,11 +19,12 @@ from typing import Any
 
 import aiohttp
 
+from duplex_agent.agent import metrics
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.input_audio import AppendRateAdapter
 from duplex_agent.agent.remote import client_events
 from duplex_agent.agent.remote.answers import ExpectedAnswers
-from duplex_agent.agent.remote.connection import Connect, ServerConnection, handshake
+from duplex_agent.agent.remote.connection import Connect, LostReason, ServerConnection, handshake
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.function_calls import FunctionCalls
 from duplex_agent.agent.remote.input import InputEncoder
@@ -74,6 +75,8 @@ class RemoteConversation(Conversation):
         self._ended = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.dropped_late_deltas = 0
+        #: Why the server was lost (a ``LostReason``); None while it was not.
+        self.lost_reason: str | None = None
 
     @classmethod
     async def open(cls, connect: Connect, session: dict[str, Any], *, model: str, max_sessions: int,
@@ -278,13 +281,20 @@ class RemoteConversation(Conversation):
             self._self_acks.ended(event.response_id)
         self._emit(event)
 
-    def _on_lost(self, close_code: int | None) -> None:
+    def _on_lost(self, close_code: int | None, reason: str) -> None:
         """The socket is gone and the session with it (or this side is closing it anyway)."""
         if self._close_reason is not None:
             self._spawn_shutdown(p.SessionClosed(self._close_reason))
             return
-        self._emit(p.ErrorEvent.of("backend_disconnected", f"lost the connection to the duplex server "
-                                   f"(close code {close_code})", error_type="server_error"))
+        self.lost_reason = reason
+        metrics.BACKEND_LOST.labels(reason).inc()
+        if reason == LostReason.UNRESPONSIVE:
+            why = (f"the duplex server stopped answering: nothing for {self.options.unresponsive_after_s:g} s, "
+                   f"not even a ping")
+        else:
+            why = f"lost the connection to the duplex server (close code {close_code})"
+        log.warning("session %s: %s", self.session_id, why)
+        self._emit(p.ErrorEvent.of("backend_disconnected", why, error_type="server_error"))
         self._spawn_shutdown(p.SessionClosed("backend_disconnected"))
 
     # ---- stalls ----

@@ -195,8 +195,8 @@ class Placement(Protocol):
     async def place(self) -> tuple[Any, RemoteConversation]:
         """(the backend, a conversation on it); AdmissionError when none takes one."""
 
-    def lost(self, member: Any) -> None:
-        """A conversation on ``member`` was lost with its host."""
+    def lost(self, member: Any, reason: str | None = None) -> None:
+        """A conversation on ``member`` was lost with its host (``reason``: why, when known)."""
 
 
 def is_output(event: p.ClientEvent) -> bool:
@@ -320,9 +320,10 @@ class FailoverConversation(Conversation):
     async def _move(self) -> bool:
         """Put the call on another backend; False when none took it within the grace (the call has ended)."""
         self._held = deque()
-        lost = self._member
-        self._pool.lost(lost)
-        log.info("session %s: backend %s is gone; moving the call", self._session_id, lost.url)
+        lost, why = self._member, self._current.lost_reason
+        self._pool.lost(lost, why)
+        log.info("session %s: backend %s is gone (%s); moving the call", self._session_id, lost.url,
+                 why or "its server ended the session")
         for response_id in self.history.unfinished_replies():
             self._emit(p.ResponseDone(response_id, "failed", "backend_lost"))
             self.history.server_event(p.ResponseDone(response_id, "failed", "backend_lost"))

@@ -14,6 +14,11 @@ class RemoteOptions:
     max_queued_input_ms: float = 2000.0
     #: No server event for this long while a response plays: the response is cancelled here.
     stall_timeout_s: float = 3.0
+    #: A socket quiet for this long gets a websocket ping (see ``liveness``).
+    probe_after_s: float = 0.25
+    #: Nothing from the server for this long, not even a pong: its host is given up (a frozen VM, a
+    #: partition, a power cut send no reset). The gap above ``probe_after_s`` is the pause forgiven.
+    unresponsive_after_s: float = 1.5
     #: How long to keep trying to resume a dropped session (vLLM-Omni keeps one for 30 s).
     resume_window_s: float = 30.0
     #: First resume delay; doubles per try up to 2 s.

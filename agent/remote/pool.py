@@ -182,7 +182,6 @@ class BackendPool(DuplexBackend):
         metrics.BACKEND_RTT_MS.labels(label).set_function(
             lambda: 1000.0 * member.backend.capacity.rtt_s if member.backend.capacity.rtt_s is not None else -1)
         metrics.BACKEND_REFUSALS.labels(label)
-        metrics.BACKEND_FAILURES.labels(label)
 
     @property
     def urls(self) -> list[str]:
@@ -302,13 +301,15 @@ class BackendPool(DuplexBackend):
 
     # ---- health ----
 
-    def lost(self, member: Member) -> None:
-        """A conversation on ``member`` was lost with its host."""
-        self._failed(member, "backend_lost")
+    def lost(self, member: Member, reason: str | None = None) -> None:
+        """A conversation on ``member`` was lost with its host (``reason``: a ``LostReason``)."""
+        self._failed(member, f"backend_lost_{reason}" if reason else "backend_lost")
 
     def _failed(self, member: Member, code: str) -> None:
-        counter = metrics.BACKEND_REFUSALS if code == "resource_exhausted" else metrics.BACKEND_FAILURES
-        counter.labels(member.url).inc()
+        if code == "resource_exhausted":
+            metrics.BACKEND_REFUSALS.labels(member.url).inc()
+        else:
+            metrics.BACKEND_FAILURES.labels(member.url, code).inc()
         with self._lock:
             member.failures += 1
             cooldown = min(MAX_COOLDOWN_S, COOLDOWN_S * 2 ** (member.failures - 1))

@@ -84,16 +84,17 @@ def started(omni_python, tmp_path_factory) -> Iterator[Started]:
 
 
 @pytest.fixture(scope="session")
-def run_duplex_client(omni_python) -> Callable[[list[tuple[str, int]]], list[dict]]:
-    """run_duplex_client([(url, drop_after), ...]) -> the reports of vLLM-Omni's DuplexClient, one per run, in order.
+def run_duplex_client(omni_python) -> Callable[[list[tuple[str, int | str]]], list[dict]]:
+    """run_duplex_client([(url, drop), ...]) -> the reports of vLLM-Omni's DuplexClient, one per run, in order
+    (``drop``: see ``devtools.omni_peer.duplex_client_run``).
 
     The runs go one after another in one process (``devtools.omni_peer.duplex_client_run``): the
     import of vLLM-Omni is most of a run's time.
     """
-    def run(runs: list[tuple[str, int]], timeout: float = 600.0) -> list[dict]:
+    def run(runs: list[tuple[str, int | str]], timeout: float = 600.0) -> list[dict]:
         command = [omni_python, "-m", "devtools.omni_peer.duplex_client_run"]
-        for url, drop_after in runs:
-            command += ["--run", url, str(drop_after)]
+        for url, drop in runs:
+            command += ["--run", url, str(drop)]
         try:
             done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

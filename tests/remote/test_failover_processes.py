@@ -212,6 +212,44 @@ async def test_a_call_whose_serve_backends_die_goes_on_on_vllm_omni_with_its_his
     assert f"duplex_backend_failovers_total {float(len(heard))}" in await front.metrics()
 
 
+async def test_a_backend_frozen_mid_reply_is_left_within_two_seconds_and_the_next_question_is_answered(
+        serves, clients):
+    """The operator's case: two backends behind a front, the one holding the call frozen (SIGSTOP: no
+    reset, its sockets stay open) while it speaks, and the caller asks again at once."""
+    import signal
+    import time
+
+    story = ("--plugin", "tests.remote.server_process.StoryPlugin", "--drain-timeout", "2")
+    a, b = serves(*story), serves(*story)
+    await a.ready()
+    await b.ready()
+    front = await front_of(serves, a.realtime_url, b.realtime_url)
+    caller = clients(front.realtime_url)
+    await caller.open(MANUAL)
+    await ask(caller)
+    playing, _ = await caller.until("response.created", timeout=30)
+    await caller.until("response.output_audio.delta", timeout=30)
+    frozen = await in_use(a, b)
+    assert frozen.process is not None
+    frozen.process.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        await ask(caller)
+        cut, seen = await caller.until("response.done", timeout=30)
+        moving_after = time.monotonic() - stopped_at
+        assert cut["response_id"] == playing["response_id"] and cut["response"]["status"] == "failed", cut
+        assert moving_after <= 2.0, f"the call started moving {moving_after:.2f} s after its host froze"
+        answered, more = await answer_after(caller, playing["response_id"])
+        seen += more
+        assert not [e for e in seen if e["type"] in ("error", "session.closed")], seen
+        metrics = await front.metrics()
+        assert "duplex_backend_failovers_total 1.0" in metrics
+        assert 'duplex_backend_connections_lost_total{reason="unresponsive"} 1.0' in metrics
+        assert "stopped answering" in front.log()
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+
+
 class HostAddress:
     """A backend's address in front of its process: forwards TCP, until it ``hangs``: then every
     connection through it is dropped, and new ones are taken and never answered."""

@@ -89,9 +89,10 @@ async def fake_servers():
 # ---- a real server process, killed and restarted ----
 
 
-async def start_server_process(port: int) -> asyncio.subprocess.Process:
+async def start_server_process(port: int, resume_grace_s: float = 0.0) -> asyncio.subprocess.Process:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.remote.server_process", str(port), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+        sys.executable, "-m", "tests.remote.server_process", str(port), str(resume_grace_s), cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE)
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 30)
     assert line.strip() == b"ready"
