@@ -327,7 +327,7 @@ class Hosts:
         self.backends.append(backend)
         return SimpleNamespace(url=host.url), await backend.open()
 
-    def lost(self, member) -> None:
+    def lost(self, member, reason=None) -> None:
         pass
 
 
