@@ -296,8 +296,12 @@ class LiveKitRoomCall:
         if self.tools is None:
             return None
         control = self.control_type(self.room, caller, end_call=lambda reason: self._hang_up(caller, reason),
-                                    room_api=self.room_api)
+                                    room_api=self.room_api, voice_sent=self._voice_sent)
         return self.tools.for_call(CallInfo(self.room, caller.identity, control))
+
+    async def _voice_sent(self) -> None:
+        """Until the agent's voice queued in the track's source has been sent."""
+        await asyncio.sleep(self.source.held_ms() / 1000.0)
 
     def _hang_up(self, caller: rtc.RemoteParticipant, reason: str) -> None:
         """The agent ends its call with ``caller`` (when it cannot remove them from the room): they
