@@ -52,6 +52,7 @@ SUITE = (
     Bench("livekit_agents_bargein", "barge-in in a LiveKit Agents app: our DuplexModel vs LiveKit's adapter"),
     Bench("livekit_agents_tools", "what an Agent's @function_tool adds to a turn in a LiveKit Agents app"),
     Bench("caller_turn_latency", "turn latency as the caller hears it"),
+    Bench("phone_audio", "phone-line callers beside wideband: barge-in, false pauses, words understood"),
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
     Bench("asr_accuracy", "words the recogniser mishears, and the time it takes a turn, per Whisper model"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),

@@ -36,7 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -206,7 +206,7 @@ class Trial:
 
 
 async def trial(vad: SileroVadModel, reply: np.ndarray, reply_ms: float, clip: np.ndarray, offset_ms: float,
-                mode: dict, *, opus: bool = False) -> Trial:
+                mode: dict, *, opus: bool = False, line: Callable[[np.ndarray], np.ndarray] | None = None) -> Trial:
     conversation = ReplyConversation(reply)
     options = dict(mode)
     make_path = CallAudioPath if options.pop("pause_on_onset") else NoPauseCallAudioPath
@@ -218,6 +218,8 @@ async def trial(vad: SileroVadModel, reply: np.ndarray, reply_ms: float, clip: n
     caller = np.concatenate([lead, clip])
     if opus:
         caller = through_opus(caller)
+    if line is not None:  # the caller's whole track through a phone line, as a SIP bridge brings it
+        caller = line(caller)
     onset_frame = (lead.size + acoustic_onset(caller[lead.size:])) // FRAME_SAMPLES  # Opus delays it ~6.5 ms
     result = Trial()
     step = 0

@@ -13,6 +13,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("duplex_agent.livekit_agents needs the livekit extra: "
                       "pip install 'duplex-agent[livekit]'") from exc
 
+from duplex_agent.livekit_agents import call_control  # noqa: E402,F401 (the call-control tools act through it)
 from duplex_agent.livekit_agents.model import DuplexModel  # noqa: E402
 from duplex_agent.livekit_agents.session import DuplexAgentSession, ToolsUnsupportedError  # noqa: E402
 

@@ -30,7 +30,8 @@ def add_dial_arguments(parser: argparse.ArgumentParser) -> None:
     call.add_argument("--max-duration", type=float, default=0.0,
                       help="seconds the call may last at most (0: no limit); default: %(default)s")
     call.add_argument("--agent-speaks-first", action="store_true",
-                      help="the agent speaks as soon as the call is answered")
+                      help="the agent says --greeting as soon as the call is answered")
+    call.add_argument("--greeting", default="", help="what --agent-speaks-first says")
     call.add_argument("--voicemail", choices=("hang_up", "leave_message"), default="",
                       help="when voicemail answers: hang up, or leave --voicemail-message after the beep "
                            "(default: talk to it as to a person)")
@@ -41,7 +42,7 @@ def add_dial_arguments(parser: argparse.ArgumentParser) -> None:
 def dial_request(args: argparse.Namespace) -> DialRequest:
     return DialRequest(number=args.number, trunk=args.trunk, caller_id=args.caller_id, dtmf=args.dtmf,
                        ringing_timeout_s=args.ringing_timeout, max_duration_s=args.max_duration,
-                       agent_speaks_first=args.agent_speaks_first, voicemail=args.voicemail,
+                       agent_speaks_first=args.agent_speaks_first, greeting=args.greeting, voicemail=args.voicemail,
                        voicemail_message=args.voicemail_message)
 
 

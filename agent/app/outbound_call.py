@@ -2,8 +2,10 @@
 
 The room call starts first, serving only the dialled party: LiveKit puts them in the room
 while it dials, so the agent is listening before they answer. Answered, the call ends when
-they hang up, and the agent may speak first. Not answered (busy, declined, no answer, an
-unknown trunk...), the reason goes to the log as one line, to /metrics
+they hang up, and the agent may say a greeting first. A voicemail box is hung up on, or left
+the request's message after its beep. The model says a greeting or a message itself (its
+``speaks_given_text``); a model that cannot has the call refused before anyone is dialled.
+Not answered (busy, declined, no answer, an unknown trunk...), the reason goes to the log as one line, to /metrics
 (``duplex_dial_outcomes``) and to the room as an ``error`` event on ``duplex.events``
 (code ``dial_<reason>``), and the job ends cleanly.
 """
@@ -17,7 +19,7 @@ import aiohttp
 from livekit import api
 
 from duplex_agent.agent import metrics
-from duplex_agent.agent.app.voicemail_screen import VoicemailScreen
+from duplex_agent.agent.app.voicemail_screen import GREETING_LIMIT_S, VoicemailScreen
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.telephony.amd import Verdict
 from duplex_agent.agent.telephony.dial_outcome import DialFailed
@@ -31,6 +33,13 @@ log = logging.getLogger("duplex_agent.livekit")
 async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
     """Place ``request`` into ``call``'s room while ``call`` serves it; end ``call`` if no one answers."""
     room = call.room.name
+    unsaid = unsayable(call, request)
+    if unsaid is not None:
+        metrics.DIAL_OUTCOMES.labels("invalid_request").inc()
+        log.error("room %s: not dialing %s: %s", room, request.number, unsaid)
+        call.tell_room(p.ErrorEvent.of("dial_invalid_request", unsaid, error_type="call_error"))
+        await call.close("dial_invalid_request")
+        return
     log.info("room %s: dialing %s through trunk %s", room, request.number, request.trunk)
     placed = time.monotonic()
     try:
@@ -48,7 +57,18 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     if request.voicemail:
         await screen_for_voicemail(lkapi, call, request)
     elif request.agent_speaks_first:
-        call.speak_first()
+        call.speak_first(request.greeting)
+
+
+def unsayable(call: LiveKitRoomCall, request: DialRequest) -> str | None:
+    """Why the call's model cannot say what ``request`` asks it to say (a greeting, a voicemail
+    message), checked before anyone is called; None when it can, or nothing is asked."""
+    asks = [what for what, asked in (("--agent-speaks-first", request.agent_speaks_first),
+                                     ("--voicemail leave_message", request.voicemail == "leave_message")) if asked]
+    if not asks or call.backend.capabilities.speaks_given_text:
+        return None
+    return (f"the model {call.backend.capabilities.plugin_id!r} cannot say a given text, which "
+            f"{' and '.join(asks)} need")
 
 
 async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
@@ -64,16 +84,25 @@ async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, req
     if decision.verdict is Verdict.HUMAN:
         call.caller_audio_tap = None
         if request.agent_speaks_first:
-            call.speak_first()
+            call.speak_first(request.greeting)
         return
+    left = "hung up"
     if request.voicemail == "leave_message":
-        over = await screen.greeting_over()
-        log.warning("room %s: voicemail %s; the worker cannot speak the message yet (no speech synthesis at the "
-                    "edge), so it hangs up", room, "greeting over" if over else "greeting did not end")
+        call.mute_caller()  # the model is not to answer the greeting
+        if await screen.greeting_over():
+            if await call.say(request.voicemail_message):
+                await call.let_voice_arrive()
+                left = "left its message after the beep and hung up"
+                log.info("room %s: the voicemail message was left", room)
+            else:
+                log.warning("room %s: the voicemail message was not played to its end", room)
+        else:
+            log.warning("room %s: the voicemail greeting did not end in %g s; hanging up without a message", room,
+                        GREETING_LIMIT_S)
     call.caller_audio_tap = None
     metrics.DIAL_OUTCOMES.labels("voicemail").inc()
     call.tell_room(p.ErrorEvent.of("dial_voicemail", f"voicemail answered the call to {request.number}; the agent "
-                                   "hung up", error_type="call_error"))
+                                   f"{left}", error_type="call_error"))
     try:
         await lkapi.room.remove_participant(api.RoomParticipantIdentity(room=room, identity=request.participant_identity))
     except (api.ServerError, aiohttp.ClientError, TimeoutError) as exc:

@@ -2,8 +2,7 @@
 
 The called party's audio, from the answer on, goes to an ``AnsweringMachineDetector``. A person:
 the call goes on as it was. A machine: ``hang_up`` ends the call at once; ``leave_message`` waits
-for the end of the greeting (its beep) and then ends it. Speaking the message itself needs speech
-synthesis at the edge, which the worker does not have yet: it says so in its log, once per call.
+for the end of the greeting (its beep), has the model say the message, then ends it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from duplex_agent.agent.protocol.events import ProtocolError
+from duplex_agent.plugins.contract.say import MAX_SAY_CHARS, RESPONSE_SAY
 from duplex_agent.plugins.contract.tools import (
     REALTIME_RESPONSE_TOOL_CHOICE,
     REALTIME_RESPONSE_TOOLS,
@@ -87,6 +88,18 @@ def response_tool_options(response: Any, *, event_id: str | None = None) -> dict
     if response.get("tool_choice") is not None:
         options[RESPONSE_TOOL_CHOICE_KEY] = check_tool_choice(response["tool_choice"], event_id=event_id)
     return options
+
+
+def given_text(response: Any, *, event_id: str | None = None) -> str | None:
+    """A ``response.create``'s ``response.say`` (our extra: the text to say word for word), checked;
+    None when it has none. Raises ``invalid_field`` for one that is not text or is too long."""
+    if not isinstance(response, dict) or response.get(RESPONSE_SAY) is None:
+        return None
+    text = response[RESPONSE_SAY]
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_SAY_CHARS:
+        raise ProtocolError("invalid_field", f"response.say must be text of 1-{MAX_SAY_CHARS} characters",
+                            event_id=event_id, param="response.say")
+    return text.strip()
 
 
 def session_tools(extra_body: dict[str, Any]) -> list[dict[str, Any]]:

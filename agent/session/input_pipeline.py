@@ -17,12 +17,12 @@ from duplex_agent.agent.models.vad import VAD_RATE, SharedScores, SileroVadModel
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.audio import StreamingResampler
 from duplex_agent.agent.protocol.session_config import session_config_dict
-from duplex_agent.agent.protocol.tools import response_tool_options
+from duplex_agent.agent.protocol.tools import given_text, response_tool_options
 from duplex_agent.agent.session.core import SessionCore
 from duplex_agent.agent.session.responses import ResponseManager
 from duplex_agent.agent.session.silence import SilenceContinuation, SilenceTick
 from duplex_agent.agent.session.stage_router import StageRouter
-from duplex_agent.plugins.contract import PcmAppendReservation
+from duplex_agent.plugins.contract import RESPONSE_SAY, PcmAppendReservation
 from duplex_agent.plugins.contract.engine import EngineSubmitError
 
 
@@ -368,7 +368,14 @@ class InputPipeline:
         if options and not core.capabilities.supports_tools:
             raise p.ProtocolError("tools_unsupported", f"the model {core.capabilities.plugin_id!r} cannot call tools",
                                   event_id=command.event_id)
-        if responses.pending_turns:
+        say = given_text(command.response, event_id=command.event_id)
+        if say is not None:
+            if not core.capabilities.speaks_given_text:
+                raise p.ProtocolError("say_unsupported", f"the model {core.capabilities.plugin_id!r} cannot say a "
+                                      "given text", event_id=command.event_id, param="response.say")
+            # Said after the turns and outputs waiting for an answer, once the floor is free.
+            responses.request_say({**options, RESPONSE_SAY: say}, command.event_id)
+        elif responses.pending_turns:
             core.state.deferred_response_create = False
             responses.give_next_turn_options(options)
         elif responses.unanswered_outputs or responses.continuation is not None:

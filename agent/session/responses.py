@@ -122,6 +122,8 @@ class ResponseManager:
         self.unanswered_outputs = 0
         #: A continuation asked for and not yet opened.
         self.continuation: Continuation | None = None
+        #: Texts to say (``response.say``) not yet opened, in the order asked.
+        self.says: deque[Continuation] = deque()
         #: Options a ``response.create`` gave the reply of a turn that waits for the floor: turn -> options.
         self._turn_options: dict[int, dict[str, Any]] = {}
 
@@ -156,15 +158,23 @@ class ResponseManager:
         A second request before it opens replaces the first's options."""
         self.continuation = Continuation(options, event_id)
 
+    def request_say(self, options: dict[str, Any], event_id: str | None) -> None:
+        """Ask for a response that says a given text (in ``options``); it opens after the turns and
+        the continuation waiting, when the floor is free."""
+        self.says.append(Continuation(options, event_id))
+
     def start_next_turn(self) -> None:
-        """Open the response of the oldest waiting turn, else a continuation asked for, unless a
-        response is running."""
+        """Open the response of the oldest waiting turn, else a continuation asked for, else a text
+        to say, unless a response is running."""
         if self.active is not None:
             return
         if not self.pending_turns:
             # While the caller speaks the answer waits: their turn's reply will answer the outputs too.
-            if self.continuation is not None and not self._core.state.speech_since_commit:
-                self._open_continuation()
+            waiting = self.continuation or (self.says[0] if self.says else None)
+            if waiting is not None and not self._core.state.speech_since_commit:
+                if waiting is not self.continuation:
+                    self.says.popleft()
+                self._open_continuation(waiting)
             return
         turn_id, item_id, request_id = self.pending_turns.popleft()
         # This reply has the function outputs so far in its context: it answers them too.
@@ -180,11 +190,11 @@ class ResponseManager:
         assert self.watch is not None
         self.watch(request_id, 0, response)
 
-    def _open_continuation(self) -> None:
+    def _open_continuation(self, continuation: Continuation) -> None:
         """Open the continuation's response and hand its plan to the mailbox (the submit awaits)."""
-        continuation, self.continuation = self.continuation, None
-        assert continuation is not None
-        self.unanswered_outputs = 0
+        if continuation is self.continuation:
+            self.continuation = None
+            self.unanswered_outputs = 0
         self.commit_model_context()
         core = self._core
         request_id = f"{core.session_id}-t{core.turn_id}-cont-{core.next_serial()}"

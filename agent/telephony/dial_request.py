@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from duplex_agent.plugins.contract.say import MAX_SAY_CHARS
+
 #: E.164: a plus, a country code that does not start with 0, at most 15 digits in all.
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 #: Keys dialled after the answer (RFC 4733's sixteen), and ``w``: wait half a second.
@@ -38,8 +40,11 @@ class DialRequest:
     ringing_timeout_s: float = DEFAULT_RINGING_TIMEOUT_S
     #: The longest the call may last, from when it is placed; 0: no limit.
     max_duration_s: float = 0.0
-    #: The agent speaks as soon as the far end answers, instead of waiting to be spoken to.
+    #: The agent speaks as soon as the far end answers, instead of waiting to be spoken to: it
+    #: says ``greeting``, in the model's voice.
     agent_speaks_first: bool = False
+    #: What the agent says first (``agent_speaks_first``).
+    greeting: str = ""
     #: The called party's identity in the room; empty: LiveKit's ``sip_<number>``.
     identity: str = ""
     #: When voicemail answers: "" (treat it as a person), ``hang_up``, or ``leave_message``.
@@ -66,6 +71,11 @@ class DialRequest:
             problems.append(f"voicemail must be one of hang_up, leave_message, not {self.voicemail!r}")
         if self.voicemail == "leave_message" and not self.voicemail_message.strip():
             problems.append("voicemail leave_message needs the message to leave")
+        if self.agent_speaks_first and not self.greeting.strip():
+            problems.append("agent_speaks_first needs the greeting to say")
+        for name, text in (("greeting", self.greeting), ("voicemail message", self.voicemail_message)):
+            if len(text) > MAX_SAY_CHARS:
+                problems.append(f"the {name} is over {MAX_SAY_CHARS} characters")
         if problems:
             raise DialRequestError("; ".join(problems))
 

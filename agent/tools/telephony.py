@@ -13,7 +13,9 @@ the call goes on.
 
 from __future__ import annotations
 
-from livekit.agents import RunContext, function_tool, get_job_context
+from collections.abc import Callable
+
+from livekit.agents import RunContext, function_tool
 
 from duplex_agent.agent.tools.call_control import CallControl, CallControlError
 from duplex_agent.agent.tools.context import ToolContext
@@ -27,20 +29,21 @@ instructions = (
 
 NO_CALLER = "no_caller"
 
+#: How a tool finds its call control in a LiveKit Agents app (its ``RunContext`` is no
+#: ``ToolContext``): set by ``duplex_agent.livekit_agents`` when it is imported, which acts on the
+#: job's room through LiveKit's API. The transports sit above these tools, so they reach down here.
+app_call_control: Callable[[RunContext], CallControl] | None = None
+
 
 def call_control_of(ctx: RunContext) -> CallControl:
     """The call control a tool acts through: the worker's own, or, in a LiveKit Agents app, one for
     the session's linked participant in the job's room."""
     if isinstance(ctx, ToolContext):
         return ctx.control
-    from duplex_agent.webrtc.livekit.sip_call_control import SipCallControl
-
-    job = get_job_context()
-    room_io = getattr(ctx.session, "room_io", None) or getattr(ctx.session, "_room_io", None)
-    caller = getattr(room_io, "linked_participant", None) if room_io is not None else None
-    if caller is None:
-        raise CallControlError(NO_CALLER, "there is no caller linked to this session to act on")
-    return SipCallControl(job.room, caller, end_call=lambda reason: job.shutdown(reason), room_api=job.api)
+    if app_call_control is None:
+        raise CallControlError(NO_CALLER, "call control in a LiveKit Agents app needs duplex_agent.livekit_agents "
+                                          "imported")
+    return app_call_control(ctx)
 
 
 @after_heard

@@ -10,7 +10,7 @@ The session runner in ``agent/`` drives it; a plugin never sees a transport.
 The contract is split by role: ``types`` (values and errors), ``buffers`` (append
 buffer), ``state`` (per-session model state), ``data_plane``, ``plugin`` and
 ``loading``, ``options`` (a plugin's own flags) and ``tools`` (where a session's tools
-reach a plugin); everything is importable from this package.
+reach a plugin), ``say`` (a response that says a given text); everything is importable from this package.
 """
 
 from duplex_agent.plugins.contract.buffers import PcmAppendBuffer, PcmAppendReservation
@@ -29,6 +29,7 @@ from duplex_agent.plugins.contract.loading import (
 )
 from duplex_agent.plugins.contract.options import option
 from duplex_agent.plugins.contract.plugin import DuplexModelPlugin, PartialStageForward
+from duplex_agent.plugins.contract.say import RESPONSE_SAY, text_to_say
 from duplex_agent.plugins.contract.state import DefaultDuplexModelSessionState, DuplexModelSessionState
 from duplex_agent.plugins.contract.tools import (
     REALTIME_RESPONSE_TOOL_CHOICE,
@@ -58,6 +59,7 @@ __all__ = [
     "REALTIME_RESPONSE_TOOL_CHOICE",
     "REALTIME_TOOLS",
     "REALTIME_TOOL_CHOICE",
+    "RESPONSE_SAY",
     "DefaultDuplexModelSessionState",
     "DuplexAppendPlan",
     "DuplexCapabilities",
@@ -82,6 +84,7 @@ __all__ = [
     "project_function_call",
     "reject_changed_runtime_value",
     "reject_private_runtime_keys",
+    "text_to_say",
     "tools_in_effect",
     "validate_duplex_plugin_sampling",
 ]

@@ -39,6 +39,9 @@ class DuplexCapabilities:
     #: After a ``function_call_output`` the model answers by itself; otherwise the caller of the tool
     #: sends ``response.create`` (LiveKit Agents' ``auto_tool_reply_generation``).
     replies_to_tool_output: bool = False
+    #: The model can say a given text word for word in its own voice (``response.create`` with our
+    #: ``response.say``): a greeting from the settings, a voicemail message.
+    speaks_given_text: bool = False
 
     @property
     def unit_ms(self) -> float:

@@ -37,6 +37,7 @@ from duplex_agent.plugins.contract import (
     PrivateRuntimeKeyError,
     option,
     reject_private_runtime_keys,
+    text_to_say,
     tools_in_effect,
 )
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
@@ -254,7 +255,13 @@ class ReferencePlugin(DuplexModelPlugin):
                                    runtime_config: dict[str, object], turn_seq: int,
                                    response_options: dict[str, object],
                                    sampling_params: tuple[object, ...]) -> DuplexAppendPlan | None:
-        """Stage 1 answers from the history (where the outputs are by now), with the response's tools."""
+        """Stage 1 answers from the history (where the outputs are by now), with the response's
+        tools; a text to say goes straight to stage 2, which speaks it as it is."""
+        say = text_to_say(response_options)
+        if say is not None:
+            return DuplexAppendPlan(request_id, SYNTHESIZE, fence, {"text": say}, True, resumable=False,
+                                    sampling_params=sampling_params[SYNTHESIZE] if len(sampling_params) > SYNTHESIZE
+                                    else None)
         tools, choice = tools_in_effect({REALTIME_TOOLS: runtime_config.get("tools"),
                                          REALTIME_TOOL_CHOICE: runtime_config.get("tool_choice")}, response_options)
         payload = {"continuation": True, "instructions": runtime_config.get("instructions", ""), "tools": tools,
@@ -273,6 +280,7 @@ class ReferencePlugin(DuplexModelPlugin):
             output_sample_rate=SYNTHESIS_RATE, max_sessions=max_sessions, input_mode="turn",
             # The chat endpoint calls tools; answering their outputs needs the caller's response.create.
             supports_tools=self.responder_name == "openai", replies_to_tool_output=False,
+            speaks_given_text=True,
         )
 
     def validate_client_extra_body(self, extra_body: object) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from devtools.livekit_server.sip import Phone
 from devtools.phone_greetings import MACHINE_GREETINGS, beep, quiet
-from devtools.speech import espeak, speak
+from devtools.speech import espeak, speak, transcribe, words
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.support.waits import until
@@ -41,5 +41,52 @@ async def test_voicemail_is_hung_up_on_and_a_person_is_not(livekit_server, ready
     await until(lambda: "human answered" in worker.log(), 60, "the person to be told from a machine")
     person = livekit_server.sip_call_to(PERSON)
     assert person is not None and person.ended_at is None
+    await livekit_server.phone_hang_up(person.call_id)
+    assert "Traceback" not in worker.log()
+
+
+LEAVES_MESSAGE = "+15551230005"
+SILENT = "+15551230006"
+MESSAGE = "This is the dental office. Please call us back about your appointment tomorrow."
+GREETING = "Hello, this is the pharmacy calling about your prescription."
+
+
+def loud_since(call, since: float) -> list[float]:
+    return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
+
+
+async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_hears_the_greeting(
+        livekit_server, ready_worker):
+    worker = await ready_worker()
+    trunk = await livekit_server.add_sip_trunk()
+    greeting = np.concatenate([quiet(0.3), espeak(MACHINE_GREETINGS[2], 48000), quiet(0.4), beep(), quiet(1.0)])
+    await livekit_server.add_phone(LEAVES_MESSAGE, Phone(rings_for_s=0.5, greeting=greeting, noise_dbfs=-50.0))
+    await livekit_server.add_phone(SILENT, Phone(rings_for_s=0.5))
+
+    request = DialRequest(LEAVES_MESSAGE, trunk, voicemail="leave_message", voicemail_message=MESSAGE)
+    await livekit_server.create_dispatch("vm-message", AGENT_NAME, request.to_metadata())
+    await until(lambda: (c := livekit_server.sip_call_to(LEAVES_MESSAGE)) is not None and c.ended_at is not None,
+                120, "the agent to leave its message and hang up")
+    call = livekit_server.sip_call_to(LEAVES_MESSAGE)
+    assert call.ended_by == "room", call.ended_by
+    # The beep: the last loud stretch the phone said; the agent said nothing until it was over.
+    said_loud = [h.at for h in call.said if float(np.abs(h.samples).max()) > 0.05]
+    beep_over = said_loud[-1]
+    assert not loud_since(call, 0.0) or loud_since(call, 0.0)[0] > beep_over, "the agent spoke over the greeting"
+    after_beep = set(words(transcribe(call.heard_audio(beep_over), call.rate)))
+    assert {"dental", "office", "appointment", "tomorrow"} <= after_beep, sorted(after_beep)
+    assert "voicemail message was left" in worker.log()
+
+    # A person who answers and waits: the agent speaks first, its greeting word for word.
+    request = DialRequest(SILENT, trunk, agent_speaks_first=True, greeting=GREETING)
+    await livekit_server.create_dispatch("greet-call", AGENT_NAME, request.to_metadata())
+
+    def greeted() -> bool:
+        call = livekit_server.sip_call_to(SILENT)
+        return call is not None and bool(loud_since(call, 0.0)) and call.heard[-1].at - loud_since(call, 0.0)[-1] > 1.0
+
+    await until(greeted, 120, "the agent's greeting, said to its end")
+    person = livekit_server.sip_call_to(SILENT)
+    assert {"pharmacy", "prescription"} <= set(words(transcribe(person.heard_audio(), person.rate)))
     await livekit_server.phone_hang_up(person.call_id)
     assert "Traceback" not in worker.log()

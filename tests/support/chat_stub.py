@@ -78,13 +78,29 @@ def weather_cities(text: str) -> list[str]:
     return [place.strip(" ?.!").title() for place in places if place.strip(" ?.!")] or ["Paris"]
 
 
-def tool_calling_reply(seen: list[dict] | None = None) -> Handler:
+#: What the stub says before each call-control call, as a model told to announce them would.
+TRANSFER_ANNOUNCEMENT = "I will transfer you to a person now, please hold."
+GOODBYE = "You are welcome, goodbye!"
+
+
+def asks_for_a_person(text: str) -> bool:
+    return re.search(r"\b(a person|a human|someone|somebody|an agent|a representative)\b", text, re.IGNORECASE) is not None
+
+
+def says_goodbye(text: str) -> bool:
+    return re.search(r"\b(that's all|that is all|thanks|thank you|goodbye|bye)\b", text, re.IGNORECASE) is not None
+
+
+def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+15558880000") -> Handler:
     """A chat model that calls tools when it is given them, as a real one would, by rule:
 
     - a ``tool`` message last: a text answer that carries the tool outputs ("The tool says: ...");
     - ``tool_choice`` naming a function, or ``required``: a call of that function (else the first tool);
     - a question about the weather with a ``get_weather`` tool (and ``tool_choice`` not ``none``):
       one ``get_weather`` call per place asked of, ``{"city": ...}``, arguments in pieces;
+    - asking for a person with a ``transfer_call`` tool: ``TRANSFER_ANNOUNCEMENT`` and, in the same
+      reply, a ``transfer_call`` to ``transfer_to``;
+    - "that's all" or a goodbye with an ``end_call`` tool: ``GOODBYE`` and an ``end_call`` call;
     - anything else: a text answer saying what it heard.
 
     Each request's JSON body goes to ``seen``.
@@ -100,6 +116,7 @@ def tool_calling_reply(seen: list[dict] | None = None) -> Handler:
         last = messages[-1] if messages else {}
         question = str(last.get("content") or "")
         calls: list[tuple[str, dict]] = []
+        said = ""
         if last.get("role") == "tool":
             outputs = []
             for message in reversed(messages):
@@ -112,8 +129,14 @@ def tool_calling_reply(seen: list[dict] | None = None) -> Handler:
             calls = [(name, {"city": city} if name == "get_weather" else {}) for city in weather_cities(question)[:1]]
         elif choice != "none" and "get_weather" in tools and "weather" in question.lower():
             calls = [("get_weather", {"city": city}) for city in weather_cities(question)]
+        elif choice != "none" and "transfer_call" in tools and asks_for_a_person(question):
+            said, calls = TRANSFER_ANNOUNCEMENT, [("transfer_call", {"to": transfer_to})]
+        elif choice != "none" and "end_call" in tools and says_goodbye(question):
+            said, calls = GOODBYE, [("end_call", {})]
         if calls:
-            chunks = [c for index, (name, arguments) in enumerate(calls)
+            # A model that announces a call says so first, in the same reply as the call.
+            chunks = [chunk(piece) for piece in _pieces(said)] if said else []
+            chunks += [c for index, (name, arguments) in enumerate(calls)
                       for c in tool_call_chunks(index, f"call_stub{len(seen or ())}_{index}", name,
                                                 json.dumps(arguments))]
             chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})

@@ -65,3 +65,10 @@ async def test_a_refused_transfer_reaches_the_model_as_the_controls_error():
     with pytest.raises(CallControlError) as refused:
         await transfer_call(context(Control(refusal)), "+15557770000")
     assert refused.value is refusal
+
+
+def test_in_a_livekit_agents_app_the_tools_act_through_the_jobs_room():
+    from duplex_agent.agent.tools import telephony
+    from duplex_agent.livekit_agents.call_control import job_call_control
+
+    assert telephony.app_call_control is job_call_control

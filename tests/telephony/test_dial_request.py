@@ -14,7 +14,8 @@ from duplex_agent.webrtc.livekit.sip_dial import create_request, place_call
 
 def test_metadata_round_trip_and_the_livekit_request():
     request = DialRequest("+15551234567", "ST_abc", caller_id="+15550001111", dtmf="123w#",
-                          ringing_timeout_s=12, max_duration_s=600, agent_speaks_first=True)
+                          ringing_timeout_s=12, max_duration_s=600, agent_speaks_first=True,
+                          greeting="Hello, this is the clinic.")
     assert dial_request_of(request.to_metadata()) == request
     create = create_request("room-1", request)
     assert (create.sip_call_to, create.sip_trunk_id, create.sip_number, create.dtmf) == \
@@ -37,6 +38,9 @@ def test_metadata_without_a_call_is_not_a_dial_job():
     ({"number": "+15551234567", "trunk": "ST_a", "ringing_timeout_s": 0.1}, "ringing timeout"),
     ({"number": "+15551234567", "trunk": "ST_a", "voicemail": "leave_message"}, "message"),
     ({"number": "+15551234567", "trunk": "ST_a", "agent_speaks_first": "yes"}, "bool"),
+    ({"number": "+15551234567", "trunk": "ST_a", "agent_speaks_first": True}, "needs the greeting"),
+    ({"number": "+15551234567", "trunk": "ST_a", "voicemail": "leave_message", "voicemail_message": "x" * 1001},
+     "over 1000 characters"),
     ({"number": "+15551234567", "trunk": "ST_a", "volume": 3}, "unknown dial fields: volume"),
     ({"trunk": "ST_a"}, "no number"),
 ])

@@ -9,8 +9,9 @@ say the worker has no phone service set up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from livekit import api, rtc
 
@@ -22,21 +23,35 @@ NEEDS_PHONE_CALL = "needs_phone_call"
 NOT_SET_UP = "not_set_up"
 HANG_UP_FAILED = "hang_up_failed"
 INVALID_DIGITS = "invalid_digits"
+#: What the caller's side still holds of the agent's voice once it has left the worker: the
+#: network, a receive jitter buffer, a SIP bridge and the phone's own buffer. A hang-up or a
+#: transfer right after the last word left would cut its end off down the line.
+FAR_END_HOLDS_S = 0.4
 
 
 class LiveKitCallControl:
     def __init__(self, room: rtc.Room, caller: rtc.RemoteParticipant, *, end_call: Callable[[str], None],
-                 room_api: api.LiveKitAPI | None = None) -> None:
+                 room_api: api.LiveKitAPI | None = None,
+                 voice_sent: Callable[[], Awaitable[None]] | None = None) -> None:
         self.room = room
         self.caller = caller
         self._end_call = end_call
         self._room_api = room_api
+        #: Returns once the agent's voice queued in the room's track has gone out.
+        self._voice_sent = voice_sent
+
+    async def let_voice_arrive(self) -> None:
+        """Before the caller is taken off the line: what the agent said reaches their ear."""
+        if self._voice_sent is not None:
+            await self._voice_sent()
+        await asyncio.sleep(FAR_END_HOLDS_S)
 
     @property
     def kind(self) -> str:
         return "sip" if self.caller.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP else "livekit"
 
     async def hang_up(self, reason: str) -> None:
+        await self.let_voice_arrive()
         log.info("the agent hangs up on %s (%s)", self.caller.identity, reason)
         if self._room_api is None:
             self._end_call(reason)
@@ -54,6 +69,7 @@ class LiveKitCallControl:
         if self.kind != "sip":
             raise CallControlError(NEEDS_PHONE_CALL, "a transfer needs a phone call; this caller joined the room "
                                    "directly, with no line to transfer")
+        await self.let_voice_arrive()
         await self.transfer_sip(to)
 
     async def send_dtmf(self, digits: str) -> None:

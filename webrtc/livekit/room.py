@@ -36,7 +36,7 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.codec import encode_event
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.agent.tools.call_info import CallInfo
-from duplex_agent.webrtc.livekit.call_control import LiveKitCallControl
+from duplex_agent.webrtc.livekit.call_control import FAR_END_HOLDS_S, LiveKitCallControl
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
@@ -123,7 +123,9 @@ class LiveKitRoomCall:
         self.only_caller = only_caller and caller_identity is not None
         self._end_once_served = False  # set when the dialled party answered: their leaving ends the call
         self._wanted_served = False
-        self._speak_first = False
+        self._greeting: str | None = None  # said as soon as the wanted caller's conversation opens
+        #: The model hears silence instead of the caller (a voicemail greeting it must not answer).
+        self.caller_muted = False
         #: Also given each frame of the caller's audio (48 kHz), e.g. to tell a voicemail box.
         self.caller_audio_tap: Callable[[np.ndarray, int], None] | None = None
         self.overlap_policy = overlap_policy
@@ -145,6 +147,7 @@ class LiveKitRoomCall:
         self.dropped_room_writes = 0
         self._writer_task: asyncio.Task[None] | None = None
         self._call_tasks: list[asyncio.Task[Any]] = []
+        self._side_tasks: list[asyncio.Task[Any]] = []  # a greeting being said: the call goes on without it
         self._agent_segment: tuple[str, rtc.TextStreamWriter] | None = None
         # Each delta written is an FFI request and callback: a reply's words go out joined.
         self._deltas = TranscriptDeltas(
@@ -199,13 +202,29 @@ class LiveKitRoomCall:
         self._end_once_served = True
         self._caller_changed.set()
 
-    def speak_first(self) -> None:
-        """Ask the model for a reply now, not waiting to be spoken to (an answered outbound call);
+    def speak_first(self, greeting: str) -> None:
+        """The model says ``greeting`` now, not waiting to be spoken to (an answered outbound call);
         for a caller not yet served, as soon as their conversation opens."""
-        if self.conversation is not None:
-            self.conversation.send(p.ResponseCreate())
+        if self.path is not None:
+            self._side_tasks.append(asyncio.create_task(self.path.say(greeting), name="livekit-greeting"))
         else:
-            self._speak_first = True
+            self._greeting = greeting
+
+    async def say(self, text: str) -> bool:
+        """The model says ``text`` to the caller; True once they heard it to its end."""
+        return await self.path.say(text) if self.path is not None else False
+
+    def mute_caller(self) -> None:
+        """From now on the model hears silence instead of the caller, and forgets the turn they
+        were in the middle of (a voicemail greeting it must not answer)."""
+        self.caller_muted = True
+        if self.conversation is not None:
+            self.conversation.send(p.InputAudioBufferClear())
+
+    async def let_voice_arrive(self) -> None:
+        """Until what the agent said has reached the caller's ear, down their line."""
+        await self._voice_sent()
+        await asyncio.sleep(FAR_END_HOLDS_S)
 
     def tell_room(self, event: p.ErrorEvent | p.SessionClosed) -> None:
         """One typed event for the room's participants (``duplex.events``), before anything the call says after it."""
@@ -266,14 +285,17 @@ class LiveKitRoomCall:
         )
         self._conversation_open = True
         await self.path.start()
-        if self._speak_first:
-            self._speak_first = False
-            self.conversation.send(p.ResponseCreate())
+        greet: asyncio.Task[bool] | None = None
+        if self._greeting is not None:
+            greeting, self._greeting = self._greeting, None
+            greet = asyncio.create_task(self.path.say(greeting), name="livekit-greeting")
         publication.set_subscribed(True)
         self._call_tasks = [
             asyncio.create_task(self._read_caller(publication), name="livekit-caller-audio"),
             asyncio.create_task(self._speak(), name="livekit-agent-voice"),
         ]
+        if greet is not None:
+            self._side_tasks.append(greet)
         await self._wait(self._caller_changed)
         while not self._room_closed.is_set() and self._caller_present():
             await self._wait(self._caller_changed)
@@ -296,8 +318,12 @@ class LiveKitRoomCall:
         if self.tools is None:
             return None
         control = self.control_type(self.room, caller, end_call=lambda reason: self._hang_up(caller, reason),
-                                    room_api=self.room_api)
+                                    room_api=self.room_api, voice_sent=self._voice_sent)
         return self.tools.for_call(CallInfo(self.room, caller.identity, control))
+
+    async def _voice_sent(self) -> None:
+        """Until the agent's voice queued in the track's source has been sent."""
+        await asyncio.sleep(self.source.held_ms() / 1000.0)
 
     def _hang_up(self, caller: rtc.RemoteParticipant, reason: str) -> None:
         """The agent ends its call with ``caller`` (when it cannot remove them from the room): they
@@ -314,10 +340,10 @@ class LiveKitRoomCall:
         self._caller_changed.set()
 
     async def _end_call(self, reason: str) -> None:
-        for task in self._call_tasks:
+        for task in self._call_tasks + self._side_tasks:
             task.cancel()
-        await asyncio.gather(*self._call_tasks, return_exceptions=True)
-        self._call_tasks = []
+        await asyncio.gather(*self._call_tasks, *self._side_tasks, return_exceptions=True)
+        self._call_tasks, self._side_tasks = [], []
         self._deltas.flush()
         if self.path is not None:
             log.info("call figures: %s", self.path.figures_message())
@@ -341,7 +367,8 @@ class LiveKitRoomCall:
             async for frame in stream:
                 samples = frame_samples(frame)
                 if self.path is not None:
-                    self.path.push_caller_frame(samples, frame.sample_rate)
+                    heard = np.zeros_like(samples) if self.caller_muted else samples
+                    self.path.push_caller_frame(heard, frame.sample_rate)
                 if self.caller_audio_tap is not None:
                     self.caller_audio_tap(samples, frame.sample_rate)
         finally:

@@ -46,6 +46,7 @@ from duplex_agent.agent.protocol.events import (
     ResponseAudioDelta,
     ResponseAudioDone,
     ResponseCancel,
+    ResponseCreate,
     ResponseCreated,
     ResponseDone,
     ServerEvent,
@@ -55,6 +56,7 @@ from duplex_agent.agent.protocol.events import (
 )
 from duplex_agent.agent.session.ports import Conversation
 from duplex_agent.agent.tools.edge_runner import EdgeToolRunner, RunnerTools
+from duplex_agent.plugins.contract.say import RESPONSE_SAY
 from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict, pause_threshold
 from duplex_agent.webrtc.media.call_figures import CallTimings
@@ -63,6 +65,7 @@ from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.level_onset import LevelOnset
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
 from duplex_agent.webrtc.media.playout import ChunkStarted, PlayoutQueue
+from duplex_agent.webrtc.media.said_texts import SaidTexts
 
 logger = logging.getLogger("duplex_agent.webrtc")
 
@@ -163,6 +166,7 @@ class CallAudioPath:
             self.hold = HoldSound(on_start=self.output.playout.wake)
             self.tools = EdgeToolRunner(self._tool_set, conversation.send, hold=self.hold,
                                         replies_to_tool_output=self._caps.replies_to_tool_output)
+        self._said = SaidTexts()
         self.figures = figures if figures is not None else LatencyFigures()
         self._timings = CallTimings(self.figures)
         self._events_task: asyncio.Task[None] | None = None
@@ -209,9 +213,17 @@ class CallAudioPath:
         self._conversation.send(SessionUpdate(session=session))
         self._events_task = asyncio.create_task(self._consume_events(), name="call-audio-events")
 
+    async def say(self, text: str) -> bool:
+        """Has the model say ``text`` word for word (a model with ``speaks_given_text``); True once
+        the caller has heard it to its end, False if it was refused, cut short or the call ended."""
+        event_id, heard = self._said.ask(text)
+        self._conversation.send(ResponseCreate(event_id=event_id, response={RESPONSE_SAY: text}))
+        return await heard
+
     async def close(self) -> None:
         """Stop consuming events; the conversation itself belongs to the caller."""
         self._closed = True
+        self._said.close()
         if self._events_task is not None:
             self._events_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -399,6 +411,7 @@ class CallAudioPath:
                 self._set_state("listening")
         elif isinstance(event, ResponseCreated) and not self.playout.playing:
             self._set_state("thinking")
+        self._said.observe(event)
         if self._on_event is not None:
             self._on_event(event)
 
@@ -412,6 +425,7 @@ class CallAudioPath:
         self._conversation.send(PlaybackAck(response_id=ended.response_id, played_ms=ended.playback_position_ms))
         if self.tools is not None:
             self.tools.playback_ended(ended.response_id, interrupted=ended.interrupted)
+        self._said.playback_ended(ended.response_id, interrupted=ended.interrupted)
         if ended.heard_text is not None and self._on_cut_short is not None:
             self._on_cut_short(ended.response_id, ended.heard_text)
 

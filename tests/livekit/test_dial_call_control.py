@@ -1,0 +1,86 @@
+"""Call control on an outbound phone call, end to end: the real worker process dials a phone
+through the loopback server's SIP service, the reference model (``--responder openai`` against the
+tool-calling chat stub) calls the ready-made ``transfer_call`` and ``end_call`` tools, and the
+phone's own record says what it heard and when it was transferred or hung up on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from devtools.livekit_server.sip import Phone
+from devtools.speech import speak, transcribe, words
+from duplex_agent.agent.telephony.dial_request import DialRequest
+from tests.livekit.conftest import AGENT_NAME
+from tests.livekit.test_dial_out import job_ended
+from tests.support.chat_stub import start_server, tool_calling_reply
+from tests.support.waits import until
+
+ASKS_FOR_A_PERSON = "+15551230011"
+DONE = "+15551230012"
+DESK = "+15558880000"
+
+
+def heard_words(call, until_s: float | None = None) -> set[str]:
+    """The words the phone heard down its line (before ``until_s``, monotonic s, when given)."""
+    parts = [h.samples for h in call.heard if until_s is None or h.at <= until_s]
+    return set(words(transcribe(np.concatenate(parts), call.rate))) if parts else set()
+
+
+def replied_and_quiet(call, quiet_s: float = 1.0) -> bool:
+    """The phone heard the agent speak, and nothing for ``quiet_s`` since."""
+    loud = [h.at for h in call.heard if float(np.abs(h.samples).max()) > 0.05] if call is not None else []
+    return bool(loud) and call.heard[-1].at - loud[-1] >= quiet_s
+
+
+def asked_of_model(seen: list[dict]) -> list[str]:
+    return [str(body["messages"][-1].get("content")) for body in seen if body["messages"]]
+
+
+async def test_the_agent_transfers_a_caller_who_asks_for_a_person_and_hangs_up_after_goodbye(livekit_server,
+                                                                                             ready_worker):
+    seen: list[dict] = []
+    chat, base_url = await start_server(tool_calling_reply(seen, transfer_to=DESK))
+    try:
+        worker = await ready_worker(extra=("--tools", "duplex_agent.agent.tools.telephony", "--responder", "openai",
+                                           "--openai-base-url", base_url, "--openai-model", "stub"))
+        trunk = await livekit_server.add_sip_trunk()
+        await livekit_server.add_phone(ASKS_FOR_A_PERSON, Phone(
+            rings_for_s=0.5, greeting=speak("Hello. Can I speak to a person, please?", 48000, before_ms=300)))
+        await livekit_server.add_phone(DESK, Phone())
+        await livekit_server.add_phone(DONE, Phone(rings_for_s=0.5, greeting=speak("Hello?", 48000, before_ms=300)))
+
+        # Asked for a person, the agent says it will transfer, and the phone goes to the desk once
+        # the announcement's last word was down the line.
+        await livekit_server.create_dispatch("transfer-call", AGENT_NAME,
+                                             DialRequest(ASKS_FOR_A_PERSON, trunk).to_metadata())
+        await until(lambda: livekit_server.sip_transfers(), 120, "the call to be transferred")
+        transfer = livekit_server.sip_transfers()[0]
+        assert transfer.to == f"tel:{DESK}"
+        call = livekit_server.sip_call_to(ASKS_FOR_A_PERSON)
+        assert call.ended_by == "transfer" and call.transferred_to == transfer.to
+        assert {"transfer", "person", "hold"} <= heard_words(call, transfer.at), "the announcement was not all heard"
+        await until(lambda: job_ended(livekit_server, "transfer-call"), 30, "the transferred call's job to end")
+
+        # "That's all, thanks": a goodbye, heard whole, then the agent hangs up.
+        asked_before = len(seen)
+        await livekit_server.create_dispatch("done-call", AGENT_NAME, DialRequest(DONE, trunk).to_metadata())
+        await until(lambda: len(seen) > asked_before and replied_and_quiet(livekit_server.sip_call_to(DONE)), 120,
+                    "the agent's answer to the phone's hello, played out")
+        call = livekit_server.sip_call_to(DONE)
+        asked = call.heard[-1].at
+        await livekit_server.phone_say(call.call_id, speak("That's all, thanks.", 48000, after_ms=500))
+        try:
+            await until(lambda: livekit_server.sip_call_to(DONE).ended_at is not None, 120, "the agent to hang up")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the model was asked: {asked_of_model(seen)}") from None
+        call = livekit_server.sip_call_to(DONE)
+        assert call.ended_by == "room"
+        goodbye = set(words(transcribe(call.heard_audio(asked), call.rate)))
+        assert {"welcome", "goodbye"} <= goodbye, f"the goodbye was not all heard: {sorted(goodbye)}"
+        await until(lambda: job_ended(livekit_server, "done-call"), 30, "the hung-up call's job to end")
+
+        calls = [c["function"]["name"] for body in seen for m in body["messages"] for c in m.get("tool_calls") or ()]
+        assert "transfer_call" in calls and "end_call" in calls
+        assert "Traceback" not in worker.log()
+    finally:
+        await chat.cleanup()
