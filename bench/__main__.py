@@ -52,6 +52,7 @@ SUITE = (
     Bench("livekit_agents_bargein", "barge-in in a LiveKit Agents app: our DuplexModel vs LiveKit's adapter"),
     Bench("caller_turn_latency", "turn latency as the caller hears it"),
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
+    Bench("soak", "an hour of direct, LiveKit and LiveKit Agents calls: growth, calls lost, late vs early p95"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),
 )
 
