@@ -73,5 +73,6 @@ class ProcessFigures:
                                 "(the main loop and each LiveKit job's)", value=asyncio_tasks())
         handles = livekit_ffi_handles()
         if handles is not None:
-            yield GaugeMetricFamily("duplex_livekit_ffi_handles", "Live handles of the livekit SDK's native "
-                                    "side (rooms, tracks, streams, sources not yet released)", value=handles)
+            yield GaugeMetricFamily("duplex_livekit_ffi_handles", "The livekit SDK's FFI handle objects still "
+                                    "alive (rooms, participants, tracks, publications, streams, sources); one whose "
+                                    "native side was released counts until its owner is collected", value=handles)
