@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from duplex_agent.agent.process_figures import ProcessFigures
 
 #: Every latency figure a person reads, by name: what it measures, from where to where.
 #: The page shows these as tooltips, /metrics as help text, and logs name the figure.
@@ -219,6 +221,11 @@ TOOL_FAILURES = Counter("duplex_tool_failures", "Function calls answered with an
 TOOL_RUN_SECONDS = Histogram("duplex_tool_run_seconds", "How long tools ran, from their start to their answer "
                              "(or their timeout)", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30),
                              registry=REGISTRY)
+
+#: The process itself: process_resident_memory_bytes and process_open_fds (prometheus_client's
+#: standard names), threads, asyncio tasks and livekit FFI handles (agent/process_figures).
+ProcessCollector(registry=REGISTRY)
+REGISTRY.register(ProcessFigures())
 
 
 def render() -> bytes:

@@ -34,7 +34,7 @@ HEADLINES = {
     "remote_hop.vllm_omni_added": "remote hop to vLLM-Omni, p50",
     "failover.gap_p50": "turn just after a GPU host died, p50",
 }
-AREA_ORDER = ("barge-in", "turn", "network", "CPU", "backends", "models")
+AREA_ORDER = ("barge-in", "turn", "network", "CPU", "backends", "soak", "models")
 
 
 def load(results: Path) -> list[dict]:

@@ -231,6 +231,9 @@ class Caller:
         self.said: list[str] = []
         #: What the worker heard this caller say: its user transcripts (LiveKit only).
         self.heard: list[str] = []
+        #: Connections dropped and resumed mid-call (direct only), and the seconds each resume took.
+        self.resumes = 0
+        self.resume_s: list[float] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -283,6 +286,9 @@ class Caller:
             ended, began = self.mic.end_sent_at, self.ear.loud_since
             if ended is not None and began is not None and began > ended:
                 self.reply_after_ms.append(1000.0 * (began - ended))
+            await self.between_turns()
+            if self.error is not None:
+                return
             turn += 1
             text = self._say(self._interruption_then_question(turn))
             self.attempts += 1
@@ -320,6 +326,9 @@ class Caller:
             found.append({"heard_ms": round(heard_ms), "cut_ms": self.cut_after(onset, min(later, default=float("inf")))})
         return found
 
+    async def between_turns(self) -> None:
+        """Called once a reply has been heard, before talking over it: a transport may drop and come back here."""
+
     def summary(self) -> dict[str, object]:
         return {
             "index": self.index,
@@ -339,19 +348,22 @@ class Caller:
             "worker_figures": self.figures,
             "said": self.said,
             "heard": self.heard,
+            "resumes": self.resumes,
+            "resume_s": [round(v, 3) for v in self.resume_s],
         }
 
 
 # ---------------------------------------------------------------- LiveKit (real SDK)
 
 
-def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_name: str) -> str:
-    """A token that joins ``room`` as ``identity`` and dispatches ``agent_name`` to it."""
+def room_token(api_key: str, api_secret: str, room: str, identity: str, agent_name: str, metadata: str = "") -> str:
+    """A token that joins ``room`` as ``identity`` and dispatches ``agent_name`` to it, with the job's
+    ``metadata`` (default: the caller's identity, as the worker reads it)."""
     from livekit import api
 
     grants = api.VideoGrants(room_join=True, room=room, can_publish=True, can_subscribe=True, can_publish_data=True)
     dispatch = api.RoomConfiguration(agents=[api.RoomAgentDispatch(agent_name=agent_name,
-                                                                   metadata=json.dumps({"caller": identity}))])
+                                                                   metadata=metadata or json.dumps({"caller": identity}))])
     token = (api.AccessToken(api_key, api_secret).with_identity(identity).with_name(identity)
              .with_grants(grants).with_room_config(dispatch))
     with warnings.catch_warnings():  # short bench secrets make PyJWT warn
@@ -438,16 +450,28 @@ class LiveKitCaller(Caller):
 
 
 class DirectCaller(Caller):
-    def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, address: str) -> None:
+    """An aiortc caller. With ``resume_after_s``, its connection drops once that far into the call (at
+    the next turn) and it comes back with its resume token on a new one, as a page does after a
+    network change: the conversation must carry on where it was."""
+
+    def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, address: str,
+                 resume_after_s: float = 0.0) -> None:
         super().__init__(index, speech)
+        self.url = url
+        self.address = address
+        self._hanging_up = False  # a drop the caller makes itself (hang-up, resume) is no dropped call
+        self.peer = self._new_peer()
+        self.resume_after_s = resume_after_s
+        self._started = time.perf_counter()
+        self._resume: dict[str, object] = {}  # the last answer's pc_id and resume_token
+
+    def _new_peer(self):
         from devtools.caller_peer import CallerPeer
         from duplex_agent.webrtc.direct.tracks import PlayoutTrack
 
-        self.url = url
-        self.address = address
-        self.peer = CallerPeer(PlayoutTrack(self.mic.next_frame), on_frame=self.ear.hear)
-        self._hanging_up = False
-        self.peer.pc.on("connectionstatechange", self._state_changed)
+        peer = CallerPeer(PlayoutTrack(self.mic.next_frame), on_frame=self.ear.hear)
+        peer.pc.on("connectionstatechange", self._state_changed)
+        return peer
 
     def _state_changed(self) -> None:
         state = self.peer.pc.connectionState
@@ -461,16 +485,51 @@ class DirectCaller(Caller):
                 return round(1000.0 * (at - onset), 1)
         return None
 
-    async def connect(self) -> None:
+    async def _offer(self, extra: dict[str, object]) -> float:
         import aiohttp
 
-        from bench.webrtc_callers import ConnectFailed, offer_and_connect
+        from bench.webrtc_callers import offer_and_answer
 
+        async with aiohttp.ClientSession() as http:
+            seconds, answer = await offer_and_answer(self.peer.pc, self.address, http, self.url,
+                                                     {"resumable": True, **extra} if self.resume_after_s else {})
+        self._resume = {"pc_id": answer.get("pc_id"), "resume_token": answer.get("resume_token")}
+        return seconds
+
+    async def connect(self) -> None:
+        from bench.webrtc_callers import ConnectFailed
+
+        self._started = time.perf_counter()
         try:
-            async with aiohttp.ClientSession() as http:
-                self.connected_s = await offer_and_connect(self.peer.pc, self.address, http, self.url)
+            self.connected_s = await self._offer({})
         except Exception as exc:  # report, do not crash the other callers
             self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
+
+    async def _hang_up(self) -> None:
+        import aiohttp
+
+        try:
+            async with aiohttp.ClientSession() as http, http.delete(
+                    self.url + "/api/offer", json={"pc_id": self._resume["pc_id"]},
+                    timeout=aiohttp.ClientTimeout(total=10)) as response:
+                await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.error = self.error or f"hang-up: {exc!r}"
+
+    async def between_turns(self) -> None:
+        if not self.resume_after_s or self.resumes or time.perf_counter() - self._started < self.resume_after_s:
+            return
+        from bench.webrtc_callers import ConnectFailed
+
+        self._hanging_up = True
+        await self.peer.close()  # the connection goes, as on a network change; no hang-up is sent
+        self.peer = self._new_peer()
+        self._hanging_up = False
+        try:
+            self.resume_s.append(await self._offer({"resume": self._resume}))
+            self.resumes += 1
+        except Exception as exc:
+            self.error = f"resume failed: {exc}" if isinstance(exc, ConnectFailed) else f"resume failed: {exc!r}"
 
     async def close(self) -> None:
         self._hanging_up = True
@@ -478,6 +537,8 @@ class DirectCaller(Caller):
             mark = len(self.peer.events)
             self.peer.send({"type": "metrics.request"})
             await self.peer.until(lambda: self.peer.events_since(mark, "metrics"), 5.0)
+        if self.resume_after_s and self._resume.get("pc_id"):
+            await self._hang_up()  # a resumable conversation would be kept for a resume after the hang-up
         await self.peer.close()
         await super().close()
         reported = self.peer.events_since(0, "metrics")  # the worker's call figures, the latest
@@ -522,13 +583,14 @@ def _transport_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) 
         callers: list[Caller] = []
         for i in range(args.sessions):
             identity = f"caller-{i}"
-            token = room_token(args.api_key, args.api_secret, f"{tag}-{i}", identity, args.agent_name)
+            token = room_token(args.api_key, args.api_secret, f"{tag}-{i}", identity, args.agent_name,
+                               args.dispatch_metadata)
             callers.append(LiveKitCaller(i, speech, args.url, token))
         return callers
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
     address = args.ice_address or interface_ipv4()
-    return [DirectCaller(i, speech, args.url.rstrip("/"), address) for i in range(args.sessions)]
+    return [DirectCaller(i, speech, args.url.rstrip("/"), address, args.resume_after) for i in range(args.sessions)]
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -581,6 +643,8 @@ def main() -> None:
     parser.add_argument("--api-key", default=os.environ.get("LIVEKIT_API_KEY", ""))
     parser.add_argument("--api-secret", default=os.environ.get("LIVEKIT_API_SECRET", ""))
     parser.add_argument("--agent-name", default="bench-agent")
+    parser.add_argument("--dispatch-metadata", default="", help="the dispatched job's metadata (default: the caller's "
+                        "identity); a LiveKit Agents app may read its mode there")
     parser.add_argument("--room-prefix", default="", help="LiveKit rooms are PREFIX-0, PREFIX-1, ...")
     parser.add_argument("--ice-address", default="", help="direct: local address for ICE (default: this machine's interface)")
     parser.add_argument("--speech", default="", help=".npz of the phrases at 48 kHz (default: Piper says them now)")
@@ -589,6 +653,8 @@ def main() -> None:
                         help="how long the worker's reply plays when nobody talks over it (the scripted model's: 1000)")
     parser.add_argument("--until-heard", action="store_true",
                         help="stop once every caller has heard the agent (or at --seconds)")
+    parser.add_argument("--resume-after", type=float, default=0.0, metavar="S",
+                        help="direct: drop the connection once, S seconds into the call, and resume with the token")
     parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -40,10 +40,18 @@ class ConnectFailed(RuntimeError):
 
 async def offer_and_connect(pc: RTCPeerConnection, address: str, http: aiohttp.ClientSession, url: str) -> float:
     """Offer through the worker's ``/api/offer`` and wait until connected; seconds it took."""
+    return (await offer_and_answer(pc, address, http, url))[0]
+
+
+async def offer_and_answer(pc: RTCPeerConnection, address: str, http: aiohttp.ClientSession, url: str,
+                           extra: dict[str, object] | None = None) -> tuple[float, dict]:
+    """Offer (with ``extra`` fields: ``resumable``, ``resume``) and wait until connected: the seconds
+    it took and the worker's answer (its ``pc_id``, and ``resume_token`` for a resumable peer)."""
     started = time.perf_counter()
     with candidates_on(address):
         await pc.setLocalDescription(await pc.createOffer())
-    async with http.post(url + "/api/offer", json={"sdp": pc.localDescription.sdp, "type": "offer"}) as response:
+    offer = {"sdp": pc.localDescription.sdp, "type": "offer", **(extra or {})}
+    async with http.post(url + "/api/offer", json=offer) as response:
         if response.status != 200:
             raise ConnectFailed(f"offer answered {response.status}: {(await response.text())[:200]}")
         answer = await response.json()
@@ -55,7 +63,7 @@ async def offer_and_connect(pc: RTCPeerConnection, address: str, http: aiohttp.C
             raise ConnectFailed("not connected after 20 s")
     if pc.connectionState != "connected":
         raise ConnectFailed(f"connection {pc.connectionState}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, answer
 
 
 class OneUtterance:

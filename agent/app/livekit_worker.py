@@ -33,6 +33,7 @@ from duplex_agent.agent.app.outbound_call import dial_out
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
+from duplex_agent.agent.process_figures import watch_loop
 from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.agent.telephony.dial_request import DialRequestError, dial_request_of
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
@@ -152,6 +153,7 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
             log.error("job %s: cannot place the call: %s", ctx.job.id, exc)
             ctx.shutdown("invalid dial request")
             return
+        watch_loop()  # a job's own loop: its tasks on /metrics beside the main loop's
         await ctx.connect(auto_subscribe=agents.AutoSubscribe.SUBSCRIBE_NONE)
         FfiRouter.shared().own_room(ctx.room)  # this job's loop wakes for its own room's events only
         # The room's API: how an outbound call is placed, and how a hang-up or a transfer moves the caller.

@@ -23,6 +23,7 @@ from duplex_agent.agent.app.access.certificates import (
 from duplex_agent.agent.app.access.guard import install_access_control
 from duplex_agent.agent.app.realtime_ws import RealtimeEndpoint
 from duplex_agent.agent.app.settings import Settings
+from duplex_agent.agent.process_figures import watch_loop
 from duplex_agent.agent.session.ports import DuplexBackend
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ async def start_http(app: web.Application, host: str, port: int, *,
     settings = app.get(SETTINGS_KEY)
     if ssl_context is None and settings is not None:
         ssl_context = tls_context(settings)
+    watch_loop()  # the loop that serves calls: its tasks on /metrics
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()

@@ -122,3 +122,36 @@ async def test_a_hang_up_that_races_the_peer_dropping_still_ends_the_conversatio
         await client.close()
         await registry.close_all()
         await http.close()
+
+
+async def test_a_resume_that_comes_before_the_drop_is_noticed_takes_the_conversation_over(host_address):
+    """The page's network changed and it came back at once: the server still holds its old peer as
+    live. The resume with the right token ends that peer and moves the conversation over; a wrong
+    token leaves the live call alone."""
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address, grace_s=30)
+    registry = app[WEBRTC_PEERS]
+    first = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
+    stranger = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
+    second = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
+    try:
+        status, answer = await offer(first, http, resumable=True)
+        assert status == 200
+        await until(lambda: first.loud_frames() >= 10, 10, "echoed audio on the first connection")
+        conversation = backend.conversations[0]
+        # The first connection is not closed: to the server, the old peer is still live.
+        status, refused = await offer(stranger, http, resume={"pc_id": answer["pc_id"], "resume_token": "nope"})
+        assert status == 403 and refused["error"]["code"] == "invalid_resume_token"
+        assert answer["pc_id"] in registry.sessions and conversation.closed_reason is None
+        status, again = await offer(second, http, resume={"pc_id": answer["pc_id"],
+                                                         "resume_token": answer["resume_token"]})
+        assert status == 200, again
+        assert answer["pc_id"] not in registry.sessions and again["pc_id"] in registry.sessions
+        await until(lambda: second.loud_frames() >= 10, 10, "echoed audio on the second connection")
+        assert len(backend.conversations) == 1 and conversation.closed_reason is None  # the same one, moved over
+    finally:
+        for client in (first, stranger, second):
+            await client.close()
+        await until(lambda: not registry.sessions, 10, "the server to free the peers")
+        await registry.close_all()
+        await http.close()

@@ -47,6 +47,11 @@ class ParkedConversations:
         self._digests[pc_id] = hashlib.sha256(token.encode()).digest()
         return token
 
+    def token_matches(self, pc_id: str, token: str) -> bool:
+        """Whether ``token`` is ``pc_id``'s current one; nothing is claimed."""
+        digest = self._digests.get(pc_id)
+        return digest is not None and hmac.compare_digest(digest, hashlib.sha256(token.encode()).digest())
+
     def is_resumable(self, pc_id: str) -> bool:
         return pc_id in self._digests and self.grace_s > 0
 

@@ -38,6 +38,10 @@ _NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "
                HUNG_UP)
 
 
+#: A live peer whose page resumed on a new connection: ended, its conversation parked for that one.
+RESUMED_ELSEWHERE = "resumed_on_new_connection"
+
+
 class SignalingError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -109,7 +113,17 @@ class PeerRegistry:
         self._hung_up.discard(session.pc_id)
 
     async def claim(self, pc_id: str, token: str) -> Conversation:
-        """The parked conversation of ``pc_id``; a peer still closing is waited for, so it is parked by then."""
+        """The parked conversation of ``pc_id``; a peer still closing is waited for, so it is parked by then.
+
+        A page often comes back before this side has noticed its connection go: a path that went
+        silent takes ICE seconds to give up on, a closed one a moment to be seen. With the right
+        token, the resume itself says the old connection is dead: that peer is ended and parked,
+        and the conversation moves over. A wrong token leaves the live call alone."""
+        live = self.sessions.get(pc_id)
+        if live is not None:
+            if not self.parked.token_matches(pc_id, token):
+                raise ResumeRefused(403, "invalid_resume_token", "invalid resume token")
+            self.finish(live, RESUMED_ELSEWHERE)
         closing = self._closing.get(pc_id)
         if closing is not None:
             await asyncio.shield(closing)  # the request going away must not cut the close short
