@@ -51,6 +51,7 @@ SUITE = (
     Bench("backend_failover", "the gap a caller hears when its GPU host dies"),
     Bench("livekit_agents_bargein", "barge-in in a LiveKit Agents app: our DuplexModel vs LiveKit's adapter"),
     Bench("caller_turn_latency", "turn latency as the caller hears it"),
+    Bench("tool_overhead", "what a tool call adds to a turn as the caller hears it, in-process and remote"),
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),
 )
