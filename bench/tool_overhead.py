@@ -6,10 +6,10 @@ of the answer reaching it. The reference model (Whisper + an OpenAI-compatible c
 Piper) answers; the endpoint is a stub in this process that answers at once, so what a real LLM's
 second round would cost is left out and what remains is ours.
 
-Each turn is one of two kinds, alternating, under the same load:
+Each turn is one of two kinds, in rounds of every path and kind whose order turns by one each round:
 
 - tool: the endpoint calls ``get_weather`` (``bench.tool_overhead_tools``: sleeps a fixed time,
-  then returns "It is sunny and 21 degrees in Paris."); the worker runs it at the edge, sends the
+  then returns "Sunny in Paris."); the worker runs it at the edge, sends the
   output and ``response.create``; the endpoint's second round says the output;
 - floor: the endpoint says the same sentence at once, with no call.
 
@@ -184,10 +184,11 @@ def valid(turn: Turn) -> bool:
 
 
 def order(round_index: int) -> list[tuple[str, str]]:
-    """Each round asks all four (path, kind) turns; the order flips every round so that neither kind
-    nor path always comes first."""
+    """Each round asks all four (path, kind) turns, the order turned by one each round: over four
+    rounds every turn takes every place once, so neither a place nor a kind favours one of them."""
     turns = [("in-process", "tool"), ("in-process", "floor"), ("remote", "floor"), ("remote", "tool")]
-    return turns if round_index % 2 == 0 else turns[::-1]
+    shift = round_index % len(turns)
+    return turns[shift:] + turns[:shift]
 
 
 async def run(args: argparse.Namespace) -> None:
