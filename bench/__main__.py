@@ -53,6 +53,7 @@ SUITE = (
     Bench("livekit_agents_tools", "what an Agent's @function_tool adds to a turn in a LiveKit Agents app"),
     Bench("caller_turn_latency", "turn latency as the caller hears it"),
     Bench("phone_audio", "phone-line callers beside wideband: barge-in, false pauses, words understood"),
+    Bench("tool_overhead", "what a tool call adds to a turn as the caller hears it, in-process and remote"),
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
     Bench("asr_accuracy", "words the recogniser mishears, and the time it takes a turn, per Whisper model"),
     Bench("soak", "an hour of direct, LiveKit and LiveKit Agents calls: growth, calls lost, late vs early p95"),

@@ -240,6 +240,24 @@ def test_no_follow_up_when_the_model_answers_the_callers_new_turn_itself():
     run_virtual(main())
 
 
+def test_the_question_that_led_to_the_call_costs_the_follow_up_no_wait():
+    """The caller's own question ended before the call: the grace for a reply of the model's own is
+    only for a turn the caller ends during the wait, so the answer is asked for at once."""
+    async def main():
+        call = ToolCall()
+        call.feed([SpeechStarted(0.0), SpeechStopped(1500.0)])
+        call.feed(ResponseCreated("r-turn", "item-turn"))  # the question's reply, which makes the call
+        await asyncio.sleep(0.3)  # the model hears the question and decides to call
+        call.feed(call_events("r1", "c1", "get_weather", '{"city": "Paris"}'))
+        call.feed(ResponseDone("r-turn", "completed"))
+        await call.settle()
+        assert call.output_of("c1") == "Sunny and 21 degrees in Paris"
+        assert call.follow_ups() == 1  # no virtual time passed since the output
+        await call.runner.close()
+
+    run_virtual(main())
+
+
 def test_a_long_wait_gets_the_hold_sound_until_the_answer_is_heard_and_not_over_the_caller():
     async def main():
         loop = asyncio.get_running_loop()
