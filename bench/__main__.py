@@ -43,6 +43,7 @@ def _needs_root() -> str:
 SUITE = (
     Bench("direct_heard", "barge-in as a direct WebRTC caller hears it, beyond a bare aiortc peer"),
     Bench("livekit_path", "barge-in as a LiveKit caller hears it, beyond a bare livekit.rtc agent"),
+    Bench("echo_barge_in", "a speakerphone caller: self-interruptions on the agent's own echo, barge-in through it"),
     Bench("false_pauses", "coughs, knocks and backchannels over the agent: resumed, not cancelled"),
     Bench("receive_buffer", "caller frames lost on a lossy, jittery network: ours vs aiortc's buffer"),
     Bench("lossy_network", "words the worker heard through a network that loses and reorders", needs="root"),

@@ -59,6 +59,8 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                "(mono Opus, in-band FEC)"),
     "media_timeout": SettingFlag(NETWORK, PAGE, "seconds without the caller's audio packets after which a direct "
                                                 "WebRTC call is ended with reason media_timeout (0: never)"),
+    "echo_cancel": SettingFlag(NETWORK, PAGE, "cancel the agent's own voice in a direct WebRTC caller's audio "
+                                              "(speakerphones; slows barge-in early in a call: docs/performance.md)"),
     "webrtc": SettingFlag(NETWORK, (SERVE,), "serve the page and WebRTC signaling; --no-webrtc: only the "
                                              "realtime websocket, /healthz and /metrics (no aiortc or PyAV needed)"),
     "tls_cert": SettingFlag(NETWORK, (*PAGE, TOKEN), "PEM certificate chain: serve HTTPS/WSS (with --tls-key)"),

@@ -61,7 +61,8 @@ def build_app(
 
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
                                           resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
-                                          media_timeout_s=settings.media_timeout, tools=tools)
+                                          media_timeout_s=settings.media_timeout, tools=tools,
+                                          echo_cancel=settings.echo_cancel)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret

@@ -89,6 +89,8 @@ class Settings:
     #: Seconds without the caller's RTP after which a direct WebRTC call is ended (error and
     #: session.closed ``media_timeout`` on its data channel); 0: never.
     media_timeout: float = 20.0
+    #: Cancel the agent's echo in a direct WebRTC caller's audio (WebRTC's AEC3, the livekit extra).
+    echo_cancel: bool = False
     #: Serve the page and WebRTC signaling; --no-webrtc serves the realtime websocket, /healthz and
     #: /metrics only (no aiortc, PyAV or LiveKit SDK needed: a GPU host that carries few wheels).
     webrtc: bool = True

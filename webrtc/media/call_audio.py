@@ -60,11 +60,13 @@ from duplex_agent.plugins.contract.say import RESPONSE_SAY
 from duplex_agent.webrtc.media.agent_output import RESAMPLE_QUALITY, AgentAudioOutput, PlaybackEnded
 from duplex_agent.webrtc.media.barge_in import BargeInGate, BargeInRules, Verdict, pause_threshold
 from duplex_agent.webrtc.media.call_figures import CallTimings
+from duplex_agent.webrtc.media.echo_canceller import EchoCanceller
+from duplex_agent.webrtc.media.echo_canceller import available as echo_canceller_available
 from duplex_agent.webrtc.media.hold_sound import HoldSound
 from duplex_agent.webrtc.media.latency import LatencyFigures
 from duplex_agent.webrtc.media.level_onset import LevelOnset
 from duplex_agent.webrtc.media.onset import CallerOnsetDetector
-from duplex_agent.webrtc.media.playout import ChunkStarted, PlayoutQueue
+from duplex_agent.webrtc.media.playout import SAMPLE_RATE, ChunkStarted, PlayoutQueue
 from duplex_agent.webrtc.media.said_texts import SaidTexts
 
 logger = logging.getLogger("duplex_agent.webrtc")
@@ -125,6 +127,7 @@ class CallAudioPath:
         playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
         figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
         tools: RunnerTools | None = None,  # the call's tools (ToolBox.for_call): run at the edge
+        echo_cancel: bool = False,  # cancel the agent's echo in the caller's audio (echo_canceller.py; the transports' default)
     ) -> None:
         if overlap_policy not in OVERLAP_POLICIES:
             raise ValueError(f"overlap_policy must be one of {OVERLAP_POLICIES}")
@@ -136,6 +139,11 @@ class CallAudioPath:
         self._onset: CallerOnsetDetector | None = None
         self._pause_on_level = pause_on_level
         self._level = LevelOnset()
+        self.echo: EchoCanceller | None = None
+        if echo_cancel and echo_canceller_available():
+            self.echo = EchoCanceller()
+        elif echo_cancel:
+            logger.warning("echo cancelling needs the livekit package (the livekit extra): this call has none")
         self._barge_in_min_speech_ms = barge_in_min_speech_ms
         self._barge_in_pause_threshold = barge_in_pause_threshold
         self.gate = BargeInGate(self._barge_in_rules())
@@ -257,6 +265,8 @@ class CallAudioPath:
             return
         arrived_at = time.perf_counter()
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if self.echo is not None:
+            samples = self.echo.near_end(samples, sample_rate)
         pausable = self.gate.rules.pause and self._barges_in() and self._mid_reply()
         for window in self._onset.push(samples, sample_rate, arrived_at, half_step=pausable):
             self._judge(window.probability, window.arrived_at, half_step=window.half_step, level_db=window.level_db)
@@ -438,6 +448,8 @@ class CallAudioPath:
             # Only in the agent's silence; the figures go by the playout's progress, so it is no reply.
             frame = self.hold.next_frame()
         self._timings.frame_out(progress_made, time.perf_counter())
+        if self.echo is not None:
+            self.echo.far_end(frame, SAMPLE_RATE)
         for progress in progress_made:
             if isinstance(progress, ChunkStarted):  # also after an underrun mid-reply, which said "listening"
                 self._set_state("speaking")
