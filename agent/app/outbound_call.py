@@ -56,10 +56,9 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     answered = time.monotonic()
 
     def far_end_left(during_greeting: bool) -> None:
-        after = time.monotonic() - answered
-        if not during_greeting:
-            log.info("room %s: %s hung up %.1f s after answering", room, request.number, after)
+        if not during_greeting:  # the call's own end: "caller ... left" says it
             return
+        after = time.monotonic() - answered
         # A hang-up before the greeting was heard whole is an outcome of its own: a dashboard
         # tells it from calls that were answered and talked.
         metrics.DIAL_OUTCOMES.labels("hung_up_during_greeting").inc()
