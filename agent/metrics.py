@@ -73,7 +73,8 @@ BARGE_IN_FALSE_PAUSES = Counter(
 DIAL_OUTCOMES = Counter(
     "duplex_dial_outcomes",
     "Outbound calls placed, by outcome: answered, or why not (busy, declined, no_answer, invalid_number, "
-    "unknown_trunk, not_permitted, invalid_request, failed); voicemail: answered by a machine and hung up on",
+    "unknown_trunk, not_permitted, invalid_request, failed); voicemail: answered by a machine and hung up on; hung_up_during_greeting: answered, then the "
+    "far end hung up before the agent's greeting was heard to its end",
     ["outcome"], registry=REGISTRY,
 )
 AMD_DECISIONS = Counter(

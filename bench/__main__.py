@@ -56,6 +56,7 @@ SUITE = (
     Bench("phone_audio", "phone-line callers beside wideband: barge-in, false pauses, words understood"),
     Bench("tool_overhead", "what a tool call adds to a turn as the caller hears it, in-process and remote"),
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
+    Bench("dial_answer", "outbound calls with a greeting: the far end's answer to the agent's first sound"),
     Bench("asr_accuracy", "words the recogniser mishears, and the time it takes a turn, per Whisper model"),
     Bench("soak", "an hour of direct, LiveKit and LiveKit Agents calls: growth, calls lost, late vs early p95"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),

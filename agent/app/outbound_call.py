@@ -53,6 +53,20 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     metrics.DIAL_OUTCOMES.labels("answered").inc()
     log.info("room %s: %s answered after %.1f s (SIP call %s)", room, request.number,
              time.monotonic() - placed, info.sip_call_id)
+    answered = time.monotonic()
+
+    def far_end_left(during_greeting: bool) -> None:
+        if not during_greeting:  # the call's own end: "caller ... left" says it
+            return
+        after = time.monotonic() - answered
+        # A hang-up before the greeting was heard whole is an outcome of its own: a dashboard
+        # tells it from calls that were answered and talked.
+        metrics.DIAL_OUTCOMES.labels("hung_up_during_greeting").inc()
+        message = f"{request.number} hung up {after:.1f} s after answering, during the agent's greeting"
+        log.warning("room %s: %s", room, message)
+        call.tell_room(p.ErrorEvent.of("dial_hung_up_during_greeting", message, error_type="call_error"))
+
+    call.on_wanted_caller_left = far_end_left
     call.end_once_served()
     if request.voicemail:
         await screen_for_voicemail(lkapi, call, request)

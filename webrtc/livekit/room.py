@@ -124,6 +124,10 @@ class LiveKitRoomCall:
         self._end_once_served = False  # set when the dialled party answered: their leaving ends the call
         self._wanted_served = False
         self._greeting: str | None = None  # said as soon as the wanted caller's conversation opens
+        self._greeting_task: asyncio.Task[bool] | None = None
+        #: Called with whether the agent's greeting was still being said, when the wanted caller
+        #: leaves (an outbound call's far end hanging up), before their call is ended.
+        self.on_wanted_caller_left: Callable[[bool], None] | None = None
         #: The model hears silence instead of the caller (a voicemail greeting it must not answer).
         self.caller_muted = False
         #: Also given each frame of the caller's audio (48 kHz), e.g. to tell a voicemail box.
@@ -206,9 +210,13 @@ class LiveKitRoomCall:
         """The model says ``greeting`` now, not waiting to be spoken to (an answered outbound call);
         for a caller not yet served, as soon as their conversation opens."""
         if self.path is not None:
-            self._side_tasks.append(asyncio.create_task(self.path.say(greeting), name="livekit-greeting"))
+            self._greeting_task = asyncio.create_task(self.path.say(greeting), name="livekit-greeting")
+            self._side_tasks.append(self._greeting_task)
         else:
             self._greeting = greeting
+
+    def _greeting_unfinished(self) -> bool:
+        return self._greeting is not None or (self._greeting_task is not None and not self._greeting_task.done())
 
     async def say(self, text: str) -> bool:
         """The model says ``text`` to the caller; True once they heard it to its end."""
@@ -288,7 +296,7 @@ class LiveKitRoomCall:
         greet: asyncio.Task[bool] | None = None
         if self._greeting is not None:
             greeting, self._greeting = self._greeting, None
-            greet = asyncio.create_task(self.path.say(greeting), name="livekit-greeting")
+            greet = self._greeting_task = asyncio.create_task(self.path.say(greeting), name="livekit-greeting")
         publication.set_subscribed(True)
         self._call_tasks = [
             asyncio.create_task(self._read_caller(publication), name="livekit-caller-audio"),
@@ -303,7 +311,10 @@ class LiveKitRoomCall:
             self._end_reason = self._ended_by_backend
             self._room_closed.set()
         elif not self._room_closed.is_set():
-            await self._end_call(HUNG_UP if caller.identity in self._hung_up else "caller_left")
+            left = caller.identity not in self._hung_up
+            if left and caller.identity == self.wanted_identity and self.on_wanted_caller_left is not None:
+                self.on_wanted_caller_left(self._greeting_unfinished())
+            await self._end_call("caller_left" if left else HUNG_UP)
         if caller.identity == self.wanted_identity:
             self._wanted_served = True
 

@@ -57,6 +57,8 @@ async def place(call: FarEndCall, ringing_timeout_s: float, dtmf: str) -> Outcom
         return Outcome(False, REFUSALS[phone.answer])
     call.record.answered_at = time.monotonic()
     call.record.sip_status = 200
+    if phone.hangs_up_after_s is not None:
+        asyncio.get_running_loop().call_later(phone.hangs_up_after_s, lambda: asyncio.ensure_future(call.end("phone")))
     if dtmf:
         await call.set_status("automation")
         await call.dial_keys(dtmf)

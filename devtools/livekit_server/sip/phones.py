@@ -3,9 +3,9 @@
 A phone rings, then answers, is busy, declines, is unavailable or never answers; the SIP
 status it ends an unanswered call with is the one a carrier would send back (486, 603,
 480). A phone that answers may say a greeting at once (a person's "Hello?", a voicemail
-box's greeting and beep); the rest of what it says, the keys it presses and its hang-up are
-driven by the test through the call (``FarEndCall``). As a transfer target a phone accepts
-the REFER or refuses it with its status.
+box's greeting and beep) and hang up a set time after answering; the rest of what it says,
+the keys it presses and its hang-up are driven by the test through the call (``FarEndCall``).
+As a transfer target a phone accepts the REFER or refuses it with its status.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ class Phone:
     rings_for_s: float = 1.0
     #: 48 kHz float32 audio it says as soon as it answers (a greeting), if any.
     greeting: np.ndarray | None = None
+    #: Seconds after answering that it hangs up by itself (None: only when the test says so),
+    #: e.g. in the middle of a greeting, its own or the agent's.
+    hangs_up_after_s: float | None = None
     #: Line noise under everything it sends, dBFS (None: a clean line).
     noise_dbfs: float | None = None
     #: As a transfer target: None accepts the REFER; a status refuses it.
