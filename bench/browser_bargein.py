@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import sys
@@ -223,8 +224,9 @@ def share_of(wanted: str, line: str) -> float:
 
 
 def interruption_lines(user_lines: list[str], cycles: int) -> list[str]:
-    """The user's line after each question's line (the interruption as the model heard it), or ""
-    where the next line is another question (the model never heard the interruption)."""
+    """What the model heard after each question's line, up to the next question's: the interruption,
+    in one line or split where the worker ended a turn inside it ("" where it never heard it)."""
+    is_question = [any(share_of(q, line) >= 0.6 for q in QUESTIONS) for line in user_lines]
     found, start = [], 0
     for cycle in range(cycles):
         question = QUESTIONS[cycle % len(QUESTIONS)]
@@ -233,8 +235,8 @@ def interruption_lines(user_lines: list[str], cycles: int) -> list[str]:
             found.append("")
             continue
         start = index + 1
-        after = user_lines[start] if start < len(user_lines) else ""
-        found.append("" if any(share_of(q, after) >= 0.6 for q in QUESTIONS) else after)
+        end = next((i for i in range(start, len(user_lines)) if is_question[i]), len(user_lines))
+        found.append(" ".join(user_lines[start:end]))
     return found
 
 
@@ -262,6 +264,7 @@ def measure(agent: list[tuple[float, float]], onset: float, question_end: float)
 
 def browser_call(url: str, wav: Path, timeline: Timeline, constraints: dict[str, bool] | None,
                  ) -> tuple[list[BargeIn], dict]:
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     from tests.webrtc.browser import Browser
@@ -278,6 +281,11 @@ def browser_call(url: str, wav: Path, timeline: Timeline, constraints: dict[str,
         WebDriverWait(browser.driver, duration + 60, poll_frequency=0.5).until(
             lambda d: d.execute_script("const b = window.__bench; return b.clock && b.clock.currentTime;")
             >= duration)
+        # The answer to the last interruption shows that all of it was heard and transcribed.
+        with contextlib.suppress(TimeoutException):
+            WebDriverWait(browser.driver, 30, poll_frequency=0.5).until(lambda d: d.execute_script(
+                "const last = document.querySelector('#transcript li:last-child');"
+                "return last && last.classList.contains('agent');"))
         bench = browser.driver.execute_script(
             "const b = window.__bench; return {asked: b.asked, settings: b.settings, blocks: b.blocks};")
         user_lines = browser.driver.execute_script(
