@@ -29,7 +29,7 @@ class Bench:
     question: str  # the figure a user reads
     full: tuple[str, ...] = ()
     quick: tuple[str, ...] = ("--quick",)
-    needs: str = ""  # "root": network namespaces; "moshi": the moshi package
+    needs: str = ""  # "root": network namespaces; "moshi": the moshi package; "chromium": a headless browser
 
 
 def _needs_root() -> str:
@@ -44,6 +44,8 @@ SUITE = (
     Bench("direct_heard", "barge-in as a direct WebRTC caller hears it, beyond a bare aiortc peer"),
     Bench("livekit_path", "barge-in as a LiveKit caller hears it, beyond a bare livekit.rtc agent"),
     Bench("echo_barge_in", "a speakerphone caller: self-interruptions on the agent's own echo, barge-in through it"),
+    Bench("browser_bargein", "barge-in as a Chromium caller on the page gets it, per echo canceller setting",
+          needs="chromium"),
     Bench("false_pauses", "coughs, knocks and backchannels over the agent: resumed, not cancelled"),
     Bench("receive_buffer", "caller frames lost on a lossy, jittery network: ours vs aiortc's buffer"),
     Bench("lossy_network", "words the worker heard through a network that loses and reorders", needs="root"),
@@ -69,6 +71,10 @@ def unmet(bench: Bench) -> str:
         return _needs_root()
     if bench.needs == "moshi" and importlib.util.find_spec("moshi") is None:
         return "needs the moshi package (make install-moshi)"
+    if bench.needs == "chromium":
+        from tests.webrtc.browser import chromium_missing_reason
+
+        return f"needs Chromium: {chromium_missing_reason()}" if chromium_missing_reason() else ""
     return ""
 
 

@@ -25,13 +25,13 @@ BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 HEADLINES = {
     "direct.bargein_heard_p95": "barge-in heard, direct WebRTC, p95",
     "livekit.bargein_heard_p95": "barge-in heard, LiveKit, p95",
+    "browser.page.bargein_p50": "barge-in heard, Chromium on the page, p50",
     "livekit_agents.bargein_heard_p50": "barge-in heard, LiveKit Agents app, p50",
     "turn.heard_p50": "turn latency heard, p50",
     "asr.base.wer": "words misheard by the recogniser (Whisper base; floor tiny.en)",
     "false_pauses.cancelled": "noises that cancelled a reply",
     "lossy_network.words_heard": "words heard at 3 % loss + jitter",
     "livekit.cpu_per_call": "worker CPU per call, LiveKit",
-    "remote_hop.vllm_omni_added": "remote hop to vLLM-Omni, p50",
     "failover.gap_p50": "turn just after a GPU host died, p50",
 }
 AREA_ORDER = ("barge-in", "turn", "network", "CPU", "backends", "soak", "models")

@@ -19,7 +19,7 @@ const ui = {
   modeDirect: $("mode-direct"), modeLiveKit: $("mode-livekit"), lkFields: $("livekit-fields"),
   lkUrl: $("lk-url"), lkToken: $("lk-token"), lkTokenInfo: $("lk-token-info"), lkDev: $("lk-dev"),
   lkRoom: $("lk-room"), lkGetToken: $("lk-get-token"), notice: $("notice"), modelNotice: $("model-notice"),
-  whyTurn: $("why-turn"), whyBarge: $("why-barge"), whyRtt: $("why-rtt"),
+  echoCancel: $("echo-cancel"), whyTurn: $("why-turn"), whyBarge: $("why-barge"), whyRtt: $("why-rtt"),
 };
 
 // The call in progress: {kind: "direct", pc, channel, ...} or {kind: "livekit", room, ...};
@@ -209,6 +209,23 @@ function sendSettings() {
 
 // ---- microphone ----
 
+// The browser's echo canceller mutes the caller while the agent's voice plays, so it swallows the
+// first words of an interruption, and on headphones there is no echo to cancel. It is off unless the
+// caller says the agent's voice reaches the microphone: the switch (remembered), or ?echo_cancel=1
+// (or 0) in the page's address, which a deployment's link can set.
+const ECHO_KEY = "duplex-agent.echo-cancel";
+const ECHO_CANCEL_DEFAULT = false;
+
+function initialEchoCancel() {
+  const asked = new URLSearchParams(location.search).get("echo_cancel");
+  if (asked === "1" || asked === "0") return asked === "1";
+  const remembered = localStorage.getItem(ECHO_KEY);
+  return remembered === null ? ECHO_CANCEL_DEFAULT : remembered === "1";
+}
+
+ui.echoCancel.checked = initialEchoCancel();
+ui.echoCancel.addEventListener("change", () => localStorage.setItem(ECHO_KEY, ui.echoCancel.checked ? "1" : "0"));
+
 async function openMicrophone() {
   if (!window.isSecureContext || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
     throw new Error(ui.notice.hidden ? MIC_NEEDS_HTTPS
@@ -216,7 +233,7 @@ async function openMicrophone() {
   }
   try {
     return await navigator.mediaDevices.getUserMedia({
-      audio: {echoCancellation: true, noiseSuppression: true, autoGainControl: true},
+      audio: {echoCancellation: ui.echoCancel.checked, noiseSuppression: true, autoGainControl: true},
     });
   } catch (err) {
     if (err.name === "NotAllowedError" || err.name === "SecurityError") {
@@ -388,7 +405,7 @@ ui.instructions.addEventListener("change", sendSettings);
 
 /** The controls that only make sense between calls: the mode tabs and the LiveKit fields. */
 function setModeTabsEnabled(enabled) {
-  for (const control of [ui.modeDirect, ui.modeLiveKit, ui.lkUrl, ui.lkToken, ui.lkRoom, ui.lkGetToken]) {
+  for (const control of [ui.modeDirect, ui.modeLiveKit, ui.lkUrl, ui.lkToken, ui.lkRoom, ui.lkGetToken, ui.echoCancel]) {
     control.disabled = !enabled;
   }
 }
