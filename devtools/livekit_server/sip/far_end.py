@@ -96,7 +96,6 @@ class FarEndCall:
         self._url = url
         self._token = token
         self.room: rtc.Room | None = None  # made on the bridge's loop, which its events go to
-        self.joining: asyncio.Future[None] | None = None  # the far end joining the room (on the bridge's loop)
         self._source: AgentVoiceSource | None = None
         self._up = LineDirection(ROOM_RATE, ROOM_RATE)
         self._speech: deque[np.ndarray] = deque()

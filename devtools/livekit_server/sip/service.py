@@ -125,32 +125,25 @@ class SipService:
             else DEFAULT_RINGING_TIMEOUT_S
         max_s = request.max_call_duration.ToTimedelta().total_seconds() if request.HasField("max_call_duration") else 0.0
         call = FarEndCall(record, phone, self._server.url, token)
-        self._calls[call_id] = call
-        # The ring window runs from the request, as LiveKit's does: our far end's joining the room over
-        # WebRTC (LiveKit's SIP participant joins at once, server side) must not stretch it.
-        rings_until = time.monotonic() + ringing_s
-        placing = self.bridge.submit(lambda: self._place(call, rings_until, request.dtmf, max_s))
+        await self.bridge.call(lambda: self._join(call))
+        placing = self.bridge.submit(lambda: self._place(call, ringing_s, request.dtmf, max_s))
         info = sip_pb.SIPParticipantInfo(participant_identity=identity, room_name=request.room_name, sip_call_id=call_id)
-        if request.wait_until_answered:
-            outcome = await asyncio.wrap_future(placing)
-            if not outcome.answered:
-                raise outcome.error()
         info.participant_id = await self.bridge.call(lambda: self._participant_sid(call))
+        if not request.wait_until_answered:
+            return info
+        outcome = await asyncio.wrap_future(placing)
+        if not outcome.answered:
+            raise outcome.error()
         return info
 
+    async def _join(self, call: FarEndCall) -> None:
+        self._calls[call.record.call_id] = call
+        await call.join()
+
     async def _participant_sid(self, call: FarEndCall) -> str:
-        assert call.joining is not None  # _place, queued first on this loop, started it
-        await asyncio.shield(call.joining)
         return call.room.local_participant.sid if call.room is not None else ""
 
-    async def _place(self, call: FarEndCall, rings_until: float, dtmf: str, max_s: float) -> Outcome:
-        call.joining = asyncio.ensure_future(call.join())
-        try:
-            await asyncio.wait_for(asyncio.shield(call.joining), max(0.0, rings_until - time.monotonic()))
-        except TimeoutError:  # rang out while the far end was still joining: no answer
-            call.joining.add_done_callback(lambda _: asyncio.ensure_future(call.end("failed", status="failed")))
-            return Outcome(False)
-        ringing_s = max(0.0, rings_until - time.monotonic())
+    async def _place(self, call: FarEndCall, ringing_s: float, dtmf: str, max_s: float) -> Outcome:
         if max_s > 0:
             asyncio.get_running_loop().call_later(max_s, lambda: asyncio.ensure_future(call.end("max_duration")))
         progress = asyncio.ensure_future(place(call, ringing_s, dtmf))
