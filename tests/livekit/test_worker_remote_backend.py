@@ -40,9 +40,11 @@ async def test_two_callers_at_once_each_hear_their_own_reply_through_the_remote_
         bob.say_and_hear("What is the weather like in London tomorrow?"))
     said_alice, said_bob = set(words(heard_alice)), set(words(heard_bob))
     # On failure: what the caller heard, and the agent's own transcript (which leg lost the word).
-    assert {"said", "table"} <= said_alice and not {"london", "weather"} & said_alice, \
+    # Whisper on the agent's voice misses a word now and then ("London" as "run in"): each caller must
+    # hear one of their own question's words, and none of the other's.
+    assert "said" in said_alice and {"table", "tonight"} & said_alice and not {"london", "weather"} & said_alice, \
         (heard_alice, [t.text for t in alice.agent_replies()])
-    assert {"said", "london"} <= said_bob and not {"table", "tonight"} & said_bob, \
+    assert "said" in said_bob and {"london", "weather"} & said_bob and not {"table", "tonight"} & said_bob, \
         (heard_bob, [t.text for t in bob.agent_replies()])
     # Two sessions on the backend, one per job, opened from the jobs' own threads.
     assert (await backend.health())["sessions"] == 2
