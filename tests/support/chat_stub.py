@@ -80,7 +80,7 @@ def weather_cities(text: str) -> list[str]:
 
 #: What the stub says before each call-control call, as a model told to announce them would.
 TRANSFER_ANNOUNCEMENT = "I will transfer you to a person now, please hold."
-GOODBYE = "You are welcome, goodbye!"
+GOODBYE = "Thank you for calling. Have a nice day!"
 
 
 def asks_for_a_person(text: str) -> bool:
@@ -89,6 +89,18 @@ def asks_for_a_person(text: str) -> bool:
 
 def says_goodbye(text: str) -> bool:
     return re.search(r"\b(that's all|that is all|thanks|thank you|goodbye|bye)\b", text, re.IGNORECASE) is not None
+
+
+def callers_words(messages: list[dict]) -> str:
+    """What the caller said since the agent last said something they heard: a model answers all
+    of it, a request whose answer was cut short before a word of it was heard included."""
+    said: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") == "assistant" and message.get("content"):
+            break
+        if message.get("role") == "user":
+            said.insert(0, str(message.get("content") or ""))
+    return " ".join(said)
 
 
 def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+15558880000") -> Handler:
@@ -114,7 +126,7 @@ def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+1
         tools = {t["function"]["name"]: t for t in body.get("tools") or []}
         choice = body.get("tool_choice", "auto") if tools else "none"
         last = messages[-1] if messages else {}
-        question = str(last.get("content") or "")
+        question = callers_words(messages)
         calls: list[tuple[str, dict]] = []
         said = ""
         if last.get("role") == "tool":

@@ -9,8 +9,10 @@ TransferSIPParticipant, checked as livekit-server checks them.
   participant then leaves the room). ``max_call_duration`` counts from the request, as LiveKit's.
 - ``TransferSIPParticipant`` needs ``sip.call`` and ``room_admin`` of the room. The participant
   must carry ``sip.callID`` and its call must be answered; a target that refuses the REFER is
-  its SIP status as the error, and the call goes on. An accepted transfer takes the call out of
-  the room and is recorded (``transfers``).
+  its SIP status as the error, and the call goes on. An accepted transfer rings the target
+  (its ``ring_after_s`` and ``rings_for_s``) while the call's audio goes on, as the REFER's final
+  NOTIFY waits for the target's answer; then it takes the call out of the room and is recorded
+  (``transfers``).
 """
 
 from __future__ import annotations
@@ -197,6 +199,10 @@ class SipService:
             raise sip_error(NOT_FOUND)
         if target.refuses_transfer is not None:
             raise sip_error(target.refuses_transfer)
+        # The REFER's outcome comes once the target answers; the call and its audio go on until then.
+        await asyncio.sleep(target.ring_after_s + target.rings_for_s)
+        if call.record.ended_at is not None:
+            raise TwirpError("not_found", "the call ended during the transfer")
         call.record.transferred_to = to
         await call.end("transfer")
 
