@@ -1,10 +1,11 @@
 """``make test``'s whole suite as pytest processes side by side, one per lane.
 
-One lane holds the folders whose tests wait on real time against real peers (callers that speak
-in real time through the loopback LiveKit server, the namespaced network, the vLLM-Omni peer,
+One lane holds the folders whose tests wait on real time against LiveKit and vLLM-Omni peers
+(callers that speak in real time through the loopback LiveKit server, the vLLM-Omni peer,
 livekit-agents' AgentSession), the other everything else: the fast tier and the other real-peer
-tests. Most of a real-time lane's time is audio played at its own pace, not CPU, so on 2 cores
-the whole suite takes about as long as the longest lane. The suite's tests are meant to pass on a busy machine,
+tests, the namespaced network's among them, which even the two lanes' lengths. Most of a
+real-time lane's time is audio played at its own pace, not CPU, so on 2 cores the whole suite
+takes about as long as the longest lane. The suite's tests are meant to pass on a busy machine,
 and each lane is a plain pytest run: no test is shared, skipped or
 retried; each ends with its slowest tests.
 
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: Folders of real-time calls against real peers: one lane, beside the rest. (Two real-time lanes
 #: beside the rest took no less wall time in a fresh clone and failed more real-time tests.)
 REAL_TIME_LANES = {
-    "real-time peers": ("tests/omni_peer", "tests/livekit_agents", "tests/network", "tests/livekit"),
+    "real-time peers": ("tests/omni_peer", "tests/livekit_agents", "tests/livekit"),
 }
 LOGS = REPO / "artifacts" / "test-logs"
 TMP = REPO / "artifacts" / "test-tmp"
