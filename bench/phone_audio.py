@@ -5,8 +5,9 @@ line noise: devtools/livekit_server/sip/phone_line.py) and as a wideband caller'
 Barge-in and false pauses go through the real call path and Silero edge VAD on the audio's own
 clock, as bench.false_pauses measures them (its clips, its ``pause`` rule, the agent speaking):
 held speech from its onset frame to the agent's first quiet frame, and the sounds, backchannels
-and room noise that paused or cancelled the reply. What the agent understood is the reference
-model's recogniser (Whisper tiny.en) on spoken questions: the share of their words it heard.
+and room noise that paused or cancelled the reply. Phone callers get the worker's phone turn
+detection (webrtc/media/phone_callers.py), wideband ones the default. What the agent understood
+is the reference model's recogniser on spoken questions: the share of their words it heard.
 Each phone figure's floor is the same figure for wideband callers in the same run.
 
 Run: python -m bench.phone_audio [--offsets 4] [--quick]
@@ -26,6 +27,7 @@ from bench.stats import percentile
 from devtools.livekit_server.sip.phone_line import LineDirection
 from devtools.speech import speak, words
 from duplex_agent.agent.models.vad import SileroVadModel
+from duplex_agent.webrtc.media.phone_callers import phone_turn_detection
 
 #: Line noise under a phone caller, dBFS (a quiet line; the loopback's phones use -45 to -50).
 LINE_NOISE_DBFS = -50.0
@@ -60,9 +62,10 @@ async def barge_in(vad: SileroVadModel, offsets: int, line, label: str) -> dict[
     reply = speak(AGENT_TEXT, CAPS.output_sample_rate)
     reply_ms = 1000.0 * reply.size / CAPS.output_sample_rate
     shifts = [32.0 * k / offsets for k in range(offsets)]
+    mode = {**MODES["pause"], "turn_detection": phone_turn_detection()} if line is not None else MODES["pause"]
     trials: dict[str, list[Trial]] = {}
     for group, members in clip_set().items():
-        trials[group] = [await trial(vad, reply, reply_ms, clip, shift, MODES["pause"], line=line)
+        trials[group] = [await trial(vad, reply, reply_ms, clip, shift, mode, line=line)
                          for _, clip in members for shift in shifts]
         print(f"   {label:9} {group:13} paused {sum(t.paused > 0 for t in trials[group])}/{len(trials[group])}, "
               f"resumed {sum(t.resumed > 0 for t in trials[group])}, cancelled "
