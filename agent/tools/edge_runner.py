@@ -65,6 +65,8 @@ FOLLOW_UP_GRACE_S = 0.75
 #: The hold sound stops after this long whatever happens: a model that never answers must not
 #: leave the caller on hold for the rest of the call.
 MAX_HOLD_S = 30.0
+#: How long a closing call waits for its running tools to answer before it cancels them.
+CLOSE_GRACE_S = 1.0
 #: Calls (and their items) remembered, so that a repeated event runs nothing twice.
 CALLS_KEPT = 256
 #: The metric's label for a name the model made up (the label set stays the module's tools).
@@ -203,15 +205,19 @@ class EdgeToolRunner:
         self._heard.playback_ended(response_id, interrupted=interrupted)
 
     async def close(self) -> None:
-        """Cancel every running tool and timer, and wait for the tools to stop. Each call left
-        unanswered gets an error output: a conversation kept for a resume goes on with a history
-        that says what became of it."""
+        """Cancel every timer, give the running tools ``CLOSE_GRACE_S`` to answer, then cancel
+        them and wait for them to stop. Each call left unanswered gets an error output: a
+        conversation kept for a resume goes on with a history that says what became of it."""
         self._closed = True
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
         self._end_wait()
         tasks = list(self._tasks)
+        if tasks:
+            # A tool that ends the call (a hang-up, a transfer) is often still returning when the
+            # call closes: its answer, not a cancel, is what became of it.
+            await asyncio.wait(tasks, timeout=CLOSE_GRACE_S)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -311,6 +311,22 @@ def test_a_tool_that_asks_for_no_reply_gets_no_follow_up_and_no_hold():
     run_virtual(main())
 
 
+def test_closing_lets_a_tool_that_is_about_to_answer_answer():
+    # A hang-up or a transfer ends the call while its tool is still returning: that is no failure.
+    cancelled = REGISTRY.get_sample_value(FAILURES, {"reason": "tool_cancelled"}) or 0.0
+
+    async def main():
+        call = ToolCall()
+        call.feed(call_events("r1", "c1", "slow_lookup", '{"seconds": 0.3}'))
+        await call.settle()
+        await call.runner.close()
+        assert call.output_of("c1") == "found after 0.3 s"
+        assert (REGISTRY.get_sample_value(FAILURES, {"reason": "tool_cancelled"}) or 0.0) == cancelled
+        assert call.follow_ups() == 0
+
+    run_virtual(main())
+
+
 def test_closing_cancels_and_awaits_the_running_tools():
     async def main():
         call = ToolCall(hold_after_s=0.0)
