@@ -4,9 +4,7 @@ endpoint (tests.support.chat_stub) that this test serves."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from devtools.speech import speak, transcribe, words
+from devtools.speech import words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME, livekit_server, processes, ready_worker, start_worker  # noqa: F401
 from tests.support.chat_stub import start_server, tool_calling_reply
@@ -24,19 +22,13 @@ async def test_a_livekit_caller_asks_the_weather_and_hears_the_tools_answer(live
         await caller.join()
         await livekit_server.create_dispatch("weather-call", AGENT_NAME)
         await until(lambda: "listening" in caller.agent_states, 40, "the agent")
-        since = len(caller.received)
-        caller.mic.say(speak("What's the weather in Paris?", 48000, before_ms=300, after_ms=1500))
-
-        def answer() -> str | None:
-            return next((t.text for t in caller.transcripts if t.final and "sunny" in t.text.lower()), None)
-
-        await until(lambda: caller.microphone_live() and answer() is not None, 90, "the spoken answer")
-        assert "sunny and 21 degrees in paris" in answer().lower()
+        # The reply as the caller got it: its transcript, and its audio to the last frame on its way.
+        reply = await caller.say_and_listen("What's the weather in Paris?", timeout=90)
+        assert "sunny and 21 degrees in paris" in reply.transcript.lower()
         # The endpoint got the tool's output from the worker's edge, and answered with it.
         tool_messages = [m for m in seen[-1]["messages"] if m.get("role") == "tool"]
         assert tool_messages and tool_messages[-1]["content"] == "It is sunny and 21 degrees in Paris."
-        await until(lambda: caller.listening_after_speaking(since) is not None, 60, "the answer to play out")
-        heard = words(transcribe(np.concatenate(caller.received[since:]), 48000))
+        heard = words(reply.heard)
         assert {"sunny", "degrees"} <= set(heard), " ".join(heard)
     finally:
         if caller is not None:
