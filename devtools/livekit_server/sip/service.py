@@ -151,10 +151,13 @@ class SipService:
         progress = asyncio.ensure_future(place(call, ringing_s, dtmf))
         ended = asyncio.ensure_future(call.ended.wait())
         await asyncio.wait({progress, ended}, return_when=asyncio.FIRST_COMPLETED)
-        if not progress.done():  # the room or the agent ended it while it rang: LiveKit sends CANCEL
+        if not progress.done():
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
+            if call.record.answered_at is not None:  # its 200 OK came, then it hung up: an answered call
+                return Outcome(True)
+            # the room or the agent ended it while it rang: LiveKit sends CANCEL
             return Outcome(False, SipStatus(487, "Request Terminated"))
         ended.cancel()
         outcome = progress.result()
