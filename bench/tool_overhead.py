@@ -56,7 +56,7 @@ from bench.stats import percentile
 from bench.tool_overhead_tools import RUN_S
 from devtools.speech import speak
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
-from tests.support.chat_stub import chunk, sse, start_server, tool_call_chunks
+from tests.support.chat_stub import chunk, start_server, stream_reply, tool_call_chunks
 
 RATE = 48000
 GOAL_MS = 150.0  # tool turn less the tool's run, beyond the floor turn
@@ -94,12 +94,7 @@ class Endpoint:
         else:
             kind, chunks = "floor", [chunk(w) for w in _words(ANSWER)]
         self.requests.append((at, kind))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in chunks:
-            await response.write(sse(piece))
-        await response.write(b"data: [DONE]\n\n")
-        return response
+        return await stream_reply(request, chunks)
 
 
 def _words(text: str) -> list[str]:

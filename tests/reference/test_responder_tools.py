@@ -8,7 +8,7 @@ from itertools import zip_longest
 from aiohttp import web
 
 from duplex_agent.plugins.reference.responders import NO_OUTPUT_YET, EchoResponder, OpenAIResponder, ToolCall
-from tests.support.chat_stub import chunk, sse, start_server, tool_call_chunks, tool_calling_reply
+from tests.support.chat_stub import chunk, start_server, stream_reply, tool_call_chunks, tool_calling_reply
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -23,12 +23,7 @@ async def collect(stream) -> list:
 def streaming(chunks: list[dict], seen: list[dict]):
     async def handler(request: web.Request) -> web.StreamResponse:
         seen.append(await request.json())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in chunks:
-            await response.write(sse(piece))
-        await response.write(b"data: [DONE]\n\n")
-        return response
+        return await stream_reply(request, chunks)
 
     return handler
 

@@ -69,6 +69,16 @@ def tool_call_chunks(index: int, call_id: str, name: str, arguments: str, *, pie
     return chunks
 
 
+async def stream_reply(request: web.Request, chunks: list[dict]) -> web.StreamResponse:
+    """``chunks`` as a chat endpoint streams them: server-sent events, then ``[DONE]``."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for piece in chunks:
+        await response.write(sse(piece))
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
 def weather_cities(text: str) -> list[str]:
     """The places a question asks the weather of ("... weather in Paris and Rome?" -> Paris, Rome)."""
     found = re.search(r"\bin\s+(.+?)[\s?.!]*$", text, re.IGNORECASE)
@@ -154,12 +164,7 @@ def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+1
             chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
         elif last.get("role") != "tool":
             chunks = [chunk(piece) for piece in _pieces(f"I heard: {question}")]
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in chunks:
-            await response.write(sse(piece))
-        await response.write(b"data: [DONE]\n\n")
-        return response
+        return await stream_reply(request, chunks)
 
     return handler
 

@@ -8,7 +8,7 @@ import re
 
 from aiohttp import web
 
-from tests.support.chat_stub import Handler, chunk, sse, tool_call_chunks, tool_calling_reply
+from tests.support.chat_stub import Handler, chunk, stream_reply, tool_call_chunks, tool_calling_reply
 
 GOODBYE = ("Thank you for calling us today. I will end this call for you now, and I hope that "
            "you have a wonderful and restful evening with your family.")
@@ -27,12 +27,7 @@ def announcing_hang_up(seen: list[dict]) -> Handler:
         chunks = [chunk(piece) for piece in re.findall(r"\s*\S+", GOODBYE)]
         chunks += tool_call_chunks(0, f"call_bye{len(seen)}", "hang_up", "{}")
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for piece in chunks:
-            await response.write(sse(piece))
-        await response.write(b"data: [DONE]\n\n")
-        return response
+        return await stream_reply(request, chunks)
 
     return handler
 
