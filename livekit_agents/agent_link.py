@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from livekit import rtc
 from livekit.agents import llm
 from livekit.agents.job import get_job_context
 from livekit.agents.voice import agent_session as _agent_session_module
@@ -90,6 +91,16 @@ class AgentSessionLink:
             except RuntimeError:  # not running yet, or not on a duplex model
                 continue
         return None
+
+    def linked_caller(self, explicit: Iterable[AgentSession]) -> rtc.RemoteParticipant | None:
+        """The participant the session's room input listens to, once it has linked one."""
+        session = self.session or self.find(explicit)
+        if session is None:
+            return None
+        try:
+            return session.room_io.linked_participant
+        except RuntimeError:  # a session started without a room
+            return None
 
     def connect(self, session: AgentSession) -> None:
         self.session = session

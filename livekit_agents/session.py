@@ -45,6 +45,7 @@ from duplex_agent.livekit_agents.tool_reply import ToolReplies
 from duplex_agent.plugins.contract import DuplexCapabilities
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import CallAudioPath
+from duplex_agent.webrtc.media.phone_callers import caller_turn_detection
 from duplex_agent.webrtc.media.playout import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -154,6 +155,10 @@ class DuplexAgentSession(llm.DuplexSession):
         self._room_paused = False  # AgentSession's audio output is paused, following our edge
         self._unpaced_ticks = 0  # frames still to hand over at once for the paused output to drop its queue
         self._closed_by_us = False
+        #: The caller's turn detection: the model's ``session`` choice, or once the room's caller is
+        #: known to be on a phone line (a SIP participant) and none was chosen, the phone line's.
+        self.turn_detection = plan.turn_detection
+        self._caller_line_known = False
         self._open_task = asyncio.create_task(self._open(), name="duplex-session-open")
 
     # ---- opening ----
@@ -182,8 +187,9 @@ class DuplexAgentSession(llm.DuplexSession):
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
         # No pause at a mere rise in the caller's level (knocks, coughs): here a false pause is not
         # free, the room output's dropped queue is skipped and the reply's later words leave history.
+        self._learn_caller_line()
         path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
-                             turn_detection=self._plan.turn_detection, pause_on_level=False,
+                             turn_detection=self.turn_detection, pause_on_level=False,
                              on_event=self._on_event, on_closed=self._on_conversation_closed,
                              on_playout_cleared=self._on_playout_cleared)
         try:
@@ -197,6 +203,8 @@ class DuplexAgentSession(llm.DuplexSession):
             if self._instructions:
                 self._conversation.send(p.SessionUpdate(session={"instructions": self._instructions}))
             self._send_tools(conversation.capabilities)
+            if not self._caller_line_known and self._learn_caller_line():
+                path.update_session({"turn_detection": self.turn_detection})
             log.info("call audio path started: %.2f s of caller audio kept meanwhile, fed in order",
                      self._early_input_s)
             fed = 0
@@ -251,6 +259,8 @@ class DuplexAgentSession(llm.DuplexSession):
     def push_audio(self, frame: rtc.AudioFrame) -> None:
         self.caller_audio_s += frame.duration
         if self._path is not None:
+            if not self._caller_line_known and self._learn_caller_line():
+                self._path.update_session({"turn_detection": self.turn_detection})
             self._push(self._path, frame)
             self._follow_pause()  # the edge judges as the frame goes in: pause the room at once
         elif not self._ready.is_set():
@@ -258,6 +268,22 @@ class DuplexAgentSession(llm.DuplexSession):
             self._early_input_s += frame.duration
             while self._early_input_s > MAX_EARLY_INPUT_S:
                 self._early_input_s -= self._early_input.popleft().duration
+
+    def _learn_caller_line(self) -> bool:
+        """Whether the room's caller, now known, changed the caller's turn detection: the caller's
+        first words are judged at the phone line's threshold where the room already links them as
+        the session opens, and later ones where it links them later."""
+        caller = self._link.linked_caller(self._plan.attached)
+        if caller is None:
+            return False
+        self._caller_line_known = True
+        chosen = caller_turn_detection(caller.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP,
+                                       self._plan.turn_detection)
+        if chosen == self.turn_detection:
+            return False
+        log.info("caller %s is on a phone line: turn detection %s", caller.identity, chosen)
+        self.turn_detection = chosen
+        return True
 
     @staticmethod
     def _push(path: CallAudioPath, frame: rtc.AudioFrame) -> None:

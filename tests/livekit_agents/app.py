@@ -95,7 +95,8 @@ LOUD_RMS = 500.0 / 32768
 
 def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> None:
     """For a failure's diagnosis (a reply that never comes: where was the caller's speech lost?):
-    how much caller audio reached our model and how much of it was loud, recorded at close and
+    how much caller audio reached our model, how much of it was loud and the turn detection it
+    was judged with, recorded at close and
     when AgentSession marks the caller away (no speech for 15 s), with the packets the agent's
     WebRTC stack had received of the caller's track by then."""
     loud = 0
@@ -109,7 +110,8 @@ def _count_caller_audio(room: str, session: AgentSession, duplex, rtc_room) -> N
         push(frame)
 
     def record(when: str, **more) -> None:
-        _record(room, "caller_audio", when=when, seconds=round(duplex.caller_audio_s, 2), loud_frames=loud, **more)
+        _record(room, "caller_audio", when=when, seconds=round(duplex.caller_audio_s, 2), loud_frames=loud,
+                turn_detection=duplex.turn_detection, **more)
 
     async def record_with_packets() -> None:
         try:

@@ -14,6 +14,7 @@ import pytest
 from devtools.speech import speak, transcribe, words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
+from tests.livekit_agents.test_phone_caller import closing_record
 from tests.support.chat_stub import start_server, tool_calling_reply
 from tests.support.waits import until
 
@@ -62,6 +63,9 @@ async def _exchange_and_barge_in(livekit_server, worker, room: str) -> None:
     finally:
         await caller.leave()
     await until(lambda: worker.records("close", room), 60, "the agent session to close with the room")
+    # a caller on the internet keeps the session's own turn detection (a phone line's: test_phone_caller.py)
+    await until(lambda: closing_record(worker, room), 10, "the session's closing record")
+    assert closing_record(worker, room)["turn_detection"] is None
 
 
 async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) -> None:

@@ -40,7 +40,7 @@ from duplex_agent.webrtc.livekit.call_control import FAR_END_HOLDS_S, LiveKitCal
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
 from duplex_agent.webrtc.livekit.pcm import frame_samples
 from duplex_agent.webrtc.media.call_audio import PAGE_FIGURES, CallAudioPath
-from duplex_agent.webrtc.media.phone_callers import phone_turn_detection
+from duplex_agent.webrtc.media.phone_callers import caller_turn_detection
 from duplex_agent.webrtc.media.playout import SAMPLE_RATE
 from duplex_agent.webrtc.media.transcript_deltas import TranscriptDeltas
 
@@ -291,7 +291,7 @@ class LiveKitRoomCall:
             on_state=self._set_state, on_playout_cleared=self.source.clear_queue,
             on_paused=self.source.take_back, on_closed=self._on_conversation_closed,
             on_cut_short=self._on_cut_short, tools=self._tools_for(caller),
-            turn_detection=phone_turn_detection() if caller.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP else None,
+            turn_detection=caller_turn_detection(caller.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP),
         )
         self._conversation_open = True
         await self.path.start()

@@ -19,3 +19,11 @@ PHONE_VAD_THRESHOLD = 0.3
 def phone_turn_detection() -> dict[str, Any]:
     """The ``turn_detection`` session setting for a caller on a phone line."""
     return {"type": "server_vad", "threshold": PHONE_VAD_THRESHOLD}
+
+
+def caller_turn_detection(on_phone_line: bool, chosen: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """A caller's ``turn_detection``: the one chosen for the call where there is one, else the
+    phone line's for a caller on a phone line, else None (the session's default)."""
+    if chosen is not None or not on_phone_line:
+        return chosen
+    return phone_turn_detection()
