@@ -1,6 +1,8 @@
 """Outbound calls: ``duplex-agent dial`` and a job's ``{"dial": ...}`` metadata make the worker call a
-phone through the loopback server's SIP service; an answered call is served from its first word,
-one not answered ends the job with its reason in the log, /metrics and the room's events."""
+phone through the loopback server's SIP service. Several calls go at once, as a deployed worker
+places them (one worker on a remote backend, a ``serve`` process): an answered call is served from
+its first word on its own line, one not answered ends the job with its reason in the log, /metrics
+and the room's events, and a phone hanging up mid-call leaves the other call going."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import sys
 
 import aiohttp
+import numpy as np
 from livekit import rtc
 from livekit.protocol import agent as agent_pb
 
@@ -20,8 +23,9 @@ from tests.serve_process import environment
 from tests.support.ports import free_port
 from tests.support.waits import until
 
-PERSON = "+15551230001"
+MARIA = "+15551230001"
 BUSY = "+15551230002"
+TOM = "+15551230003"
 
 
 async def run_cli(server, *args: str, secret: str | None = None) -> tuple[int, str]:
@@ -63,61 +67,89 @@ class RoomEvents:
             "duplex.events", lambda reader, sender: asyncio.ensure_future(read(reader, sender)))
 
 
-async def test_dial_out_answered_and_busy(livekit_server, ready_worker):
+def heard_since(server, number: str, since: float = 0.0) -> list[str]:
+    """The words the phone at ``number`` heard down its line since ``since`` (monotonic s)."""
+    audio = server.sip_call_to(number).heard_audio(since)
+    if not (audio.size and float(np.abs(audio).max()) > 0.05):
+        return []
+    return words(transcribe(audio, 8000))
+
+
+async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_own_line(
+        livekit_server, start_serve, ready_worker):
+    backend = await start_serve(plugin="reference", max_sessions=4)
     metrics_port = free_port()
-    worker = await ready_worker(extra=("--metrics-port", str(metrics_port)))
+    worker = await ready_worker(backend=backend.realtime_url, max_sessions=3,
+                                extra=("--metrics-port", str(metrics_port)))
     trunk = await livekit_server.add_sip_trunk()
-    await livekit_server.add_phone(PERSON, Phone(rings_for_s=1.0, greeting=speak("Good morning, Maria speaking.", 48000)))
+    await livekit_server.add_phone(MARIA, Phone(rings_for_s=0.5, greeting=speak("Good morning, Maria speaking.", 48000)))
+    await livekit_server.add_phone(TOM, Phone(rings_for_s=0.8, greeting=speak("Hello, Tom speaking.", 48000)))
     await livekit_server.add_phone(BUSY, Phone(answer=Answer.BUSY, rings_for_s=0.5))
 
     # Bad input is refused before anything is dispatched.
     code, out = await run_cli(livekit_server, "5551230001", "--trunk", trunk)
     assert code == 2 and "E.164" in out, out
-    code, out = await run_cli(livekit_server, PERSON, "--trunk", "ST_nosuchtrunk")
+    code, out = await run_cli(livekit_server, MARIA, "--trunk", "ST_nosuchtrunk")
     assert code == 2 and "no outbound trunk 'ST_nosuchtrunk'" in out, out
     assert not livekit_server.dispatches
 
-    # A busy phone, from a job's metadata: the job ends with the reason, told to the room.
+    # Three calls at once: Maria's from the CLI (with a digit to dial once answered), Tom's and the
+    # busy one from jobs' metadata; the room of the busy call hears why it ended.
+    rooms = {MARIA: "call-maria", TOM: "call-tom", BUSY: "call-busy"}
     observer = RoomEvents()
-    await observer.room.connect(livekit_server.url, livekit_server.mint_token("observer", "busy-call"))
-    await livekit_server.create_dispatch("busy-call", AGENT_NAME, DialRequest(BUSY, trunk).to_metadata())
-    await until(lambda: job_ended(livekit_server, "busy-call"), 60, "the busy call's job to end")
+    await observer.room.connect(livekit_server.url, livekit_server.mint_token("observer", rooms[BUSY]))
+    (code, out), *_ = await asyncio.gather(
+        run_cli(livekit_server, MARIA, "--trunk", trunk, "--room", rooms[MARIA], "--dtmf", "1"),
+        *(livekit_server.create_dispatch(rooms[number], AGENT_NAME, DialRequest(number, trunk).to_metadata())
+          for number in (TOM, BUSY)))
+    assert code == 0 and rooms[MARIA] in out, out
+    await until(lambda: job_ended(livekit_server, rooms[BUSY]), 60, "the busy call's job to end")
     await until(lambda: any(e.get("type") == "error" for e in observer.events), 10, "the room to hear why")
     error = next(e for e in observer.events if e.get("type") == "error")["error"]
     assert error["code"] == "dial_busy" and "486" in error["message"]
     await observer.room.disconnect()
     assert f"the call to {BUSY} was not answered: busy (SIP 486 Busy Here)" in worker.log()
-    assert "Traceback" not in worker.log()
 
-    # A person answers, from the CLI: the agent hears their first words and answers them down the line.
-    code, out = await run_cli(livekit_server, PERSON, "--trunk", trunk, "--room", "person-call", "--dtmf", "1")
-    assert code == 0 and "person-call" in out, out
-    await until(lambda: livekit_server.sip_call_to(PERSON) is not None
-                and livekit_server.sip_call_to(PERSON).status == "active", 60, "the phone to answer")
-    call = livekit_server.sip_call_to(PERSON)
-    assert [k.digit for k in call.keys if k.source == "dial"] == ["1"]
+    # Each answered phone hears the agent answer its own greeting, not the other's.
+    heard: dict[str, list[str]] = {}
 
-    # The greeting, said the moment the phone answered, comes back in the agent's echo.
-    last_heard: list[str] = []
-
-    def reply_heard() -> bool:
-        heard = livekit_server.sip_call_to(PERSON).heard_audio()
-        if not (heard.size and float(abs(heard).max()) > 0.05):
+    # Two passes of Whisper through a phone line (the worker's ear, then this test's on the echo)
+    # garble words now and then; "morning" and "Tom" come through.
+    def answered(number: str, own: str, other: str) -> bool:
+        call = livekit_server.sip_call_to(number)
+        if call is None or call.status != "active":
             return False
-        last_heard[:] = words(transcribe(heard, 8000))
-        # Two passes of Whisper through a phone line (the worker's ear, then this test's on the echo)
-        # often garble "Good morning, Maria": the echo of the greeting's last word is what is required.
-        return {"said", "speaking"} <= set(last_heard)
+        heard[number] = heard_since(livekit_server, number)
+        assert other not in heard[number], f"{number} heard the other call: {heard[number]}"
+        return {"said", own} <= set(heard[number])
 
     try:
-        await until(reply_heard, 90, "the agent's reply to the greeting down the phone line")
+        await until(lambda: all([answered(MARIA, "morning", "tom"), answered(TOM, "tom", "morning")]), 120,
+                    "both phones to hear the agent answer their greeting")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; the phone heard {' '.join(last_heard)!r}\n{worker.log()[-3000:]}") from None
+        raise AssertionError(f"{exc}; heard {heard}\n{worker.log()[-3000:]}") from None
 
-    await livekit_server.phone_hang_up(call.call_id)
-    await until(lambda: job_ended(livekit_server, "person-call"), 30, "the answered call's job to end")
-    job_id = job_of_room(livekit_server, "person-call").id
-    await until(lambda: f"job {job_id} ends after 1 session" in worker.log(), 30, "the session to end")
+    assert [k.digit for k in livekit_server.sip_call_to(MARIA).keys if k.source == "dial"] == ["1"]
+
+    # Maria hangs up; Tom's call goes on and is answered again.
+    await livekit_server.phone_hang_up(livekit_server.sip_call_to(MARIA).call_id)
+    await until(lambda: job_ended(livekit_server, rooms[MARIA]), 30, "Maria's job to end")
+    job_id = job_of_room(livekit_server, rooms[MARIA]).id
+    await until(lambda: f"job {job_id} ends after 1 session" in worker.log(), 30, "Maria's session to end")
+    tom = livekit_server.sip_call_to(TOM)
+    asked_at = tom.heard[-1].at
+    await livekit_server.phone_say(tom.call_id, speak("Thank you very much.", 48000, before_ms=300, after_ms=800))
+    try:
+        await until(lambda: "thank" in heard_since(livekit_server, TOM, asked_at), 90,
+                    "Tom to hear the agent answer his thanks")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; Tom heard {heard_since(livekit_server, TOM, asked_at)}\n"
+                             f"{worker.log()[-3000:]}") from None
+    assert livekit_server.sip_call_to(TOM).status == "active"
+
+    await livekit_server.phone_hang_up(tom.call_id)
+    await until(lambda: job_ended(livekit_server, rooms[TOM]), 30, "Tom's job to end")
     text = await metrics(metrics_port)
+    assert 'duplex_dial_outcomes_total{outcome="answered"} 2.0' in text
     assert 'duplex_dial_outcomes_total{outcome="busy"} 1.0' in text
-    assert 'duplex_dial_outcomes_total{outcome="answered"} 1.0' in text
+    assert "Traceback" not in worker.log() and "Traceback" not in backend.log()
