@@ -1,0 +1,16 @@
+"""Whether a caller heard a reply, from Whisper's words of what reached them."""
+
+from __future__ import annotations
+
+from devtools.speech import words
+
+#: Share of a reply's words a caller must be heard to have heard. Whisper, run on audio that went
+#: through the reference voice, Opus and a loaded machine's playout, now and then writes a short
+#: word or two as others ("You said a" as "He used a dead"); a reply not heard loses most words.
+HEARD_SHARE = 0.7
+
+
+def reply_heard(heard: str, reply: str, share: float = HEARD_SHARE) -> bool:
+    """Whether at least ``share`` of ``reply``'s distinct words are among the words of ``heard``."""
+    expected = set(words(reply))
+    return bool(expected) and len(expected & set(words(heard))) >= share * len(expected)
