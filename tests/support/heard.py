@@ -14,3 +14,10 @@ def reply_heard(heard: str, reply: str, share: float = HEARD_SHARE) -> bool:
     """Whether at least ``share`` of ``reply``'s distinct words are among the words of ``heard``."""
     expected = set(words(reply))
     return bool(expected) and len(expected & set(words(heard))) >= share * len(expected)
+
+
+def heard_to_the_end(heard: str, said: str, share: float = HEARD_SHARE) -> bool:
+    """``reply_heard``, and its last word among them: what was said reached the caller whole,
+    not cut before its end."""
+    last = words(said)[-1:]
+    return reply_heard(heard, said, share) and set(last) <= set(words(heard))
