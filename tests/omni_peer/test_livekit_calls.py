@@ -3,8 +3,9 @@
 through vLLM-Omni's own function-call path.
 
 The peer's plugin (Qwen3-Omni's) is turn-based: it answers a tool output on the caller's next
-turn. Its turn that calls sends no audio (the call's text replaces the words said with it,
-devtools/omni_peer/tool_seams.py), so the caller hears the worker's hold sound there. The scripted voice speaks words as tones: what a reply
+turn. vLLM-Omni ends the spoken response of the turn that calls without its audio (the scripted
+stages make it: devtools/omni_peer/scripted_stages.py), so the caller hears the worker's hold
+sound there. The scripted voice speaks words as tones: what a reply
 said is its ``lk.transcription``, what was heard is its sound.
 """
 
