@@ -10,16 +10,20 @@ import time
 
 import numpy as np
 import pytest
+from livekit import api
+from livekit.protocol import sip as sip_pb
 
+from devtools.livekit_server.sip import Phone
 from devtools.speech import speak, transcribe, words
+from duplex_agent.webrtc.media.phone_callers import phone_turn_detection
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
-from tests.livekit_agents.test_phone_caller import closing_record
 from tests.support.chat_stub import start_server, tool_calling_reply
 from tests.support.heard import reply_heard
 from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
+PHONE = "+15551230021"
 LONG = ("I would like to hear about the weather in the mountains this weekend and whether "
         "the trails are open for hiking with my family and our two dogs.")
 
@@ -290,28 +294,66 @@ async def test_a_spoken_weather_question_is_answered_with_the_agents_tool_by_the
         await runner.cleanup()
 
 
+async def _phone_in(livekit_server, worker, number: str, room: str) -> str:
+    """A phone called into ``room`` for the app's job there, as an app's own ``create_sip_participant``
+    places it (AgentSession links the SIP participant); its call id once its audio reaches the model."""
+    trunk = await livekit_server.add_sip_trunk()
+    await livekit_server.add_phone(number, Phone(rings_for_s=0.3))
+    assert (await livekit_server.create_dispatch(room, AGENT_NAME)).state == "assigned"
+    async with api.LiveKitAPI(livekit_server.url, livekit_server.api_key, livekit_server.api_secret) as lkapi:
+        info = await lkapi.sip.create_sip_participant(sip_pb.CreateSIPParticipantRequest(
+            sip_trunk_id=trunk, sip_call_to=number, room_name=room, wait_until_answered=True))
+    await until(lambda: worker.records("started", room), 60, f"the agent session in {room}")
+    return info.sip_call_id
+
+
+def closing_record(worker, room: str) -> dict | None:
+    return next((r for r in worker.records("caller_audio", room) if r["when"] == "close"), None)
+
+
 @pytest.mark.slow
-async def test_two_rooms_at_once_in_one_worker_each_hear_their_own_reply(livekit_server, start_app):
+async def test_a_phone_and_a_room_caller_at_once_in_one_worker_each_hear_their_own_reply(livekit_server, start_app):
+    """One worker serves a LiveKit caller and a phone caller at once; the phone's session judges
+    speech with the phone line's turn detection, the other keeps the session's own."""
     worker = await start_app(DUPLEX_TEST_PLUGIN="reference")
     alice = await _ready_caller(livekit_server, worker, "alice", "room-a")
-    bob = await _ready_caller(livekit_server, worker, "bob", "room-b")
+    call_id = await _phone_in(livekit_server, worker, PHONE, "room-phone")
     questions = ("Please book a table for two people tonight.", "What is the weather like in London tomorrow?")
+    marks = ({"table", "tonight"}, {"london", "weather"})
+    heard_by_phone: list[str] = []
+
+    def phone_heard_reply() -> bool:
+        audio = livekit_server.sip_call_to(PHONE).heard_audio()
+        if not (audio.size and float(abs(audio).max()) > 0.05):
+            return False
+        heard_by_phone[:] = [transcribe(audio, 8000)]
+        return reply_heard(heard_by_phone[0], "You said: " + questions[1])
+
     try:
-        replies = await asyncio.gather(alice.say_and_listen(questions[0], timeout=120),
-                                       bob.say_and_listen(questions[1], timeout=120))
-        for reply, own, other in zip(replies, ({"table"}, {"london"}), ({"london", "weather"}, {"table", "tonight"})):
-            # each room's agent said back that room's question (its transcript in that room), as its
-            # Whisper heard it through Opus and the SFU (once, under load: "a table will for two") ...
-            said = set(words(reply.transcript))
-            assert words(reply.transcript)[:2] == ["you", "said"] and own <= said and not other & said, reply
-            # ... and its caller heard it, none of the other's: Whisper on the agent's natural voice
-            # may mishear the soft "You said" (seen once under load as "You used to dead")
-            heard = set(words(reply.heard))
-            assert own <= heard and not other & heard, reply
+        await livekit_server.phone_say(call_id, speak(questions[1], 48000, before_ms=300, after_ms=1200))
+        reply = await alice.say_and_listen(questions[0], timeout=120)
+        try:
+            await until(phone_heard_reply, 120, "the agent's reply down the phone line")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the phone heard {heard_by_phone}\n{worker.report()}") from None
+        # each room's agent said back that room's question (its transcript in that room), as its
+        # Whisper heard it through Opus and the SFU (once, under load: "a table will for two") ...
+        said = set(words(reply.transcript))
+        assert words(reply.transcript)[:2] == ["you", "said"] and marks[0] & said and not marks[1] & said, reply
+        phone_said = set(words(" ".join(r["text"] for r in _assistant(worker, "room-phone"))))
+        assert marks[1] & phone_said and not marks[0] & phone_said, phone_said
+        # ... and each caller heard their own, none of the other's
+        assert reply_heard(reply.heard, "You said: " + questions[0]) and not marks[1] & set(words(reply.heard)), reply
+        assert not marks[0] & set(words(heard_by_phone[0])), heard_by_phone
         # one model load for both jobs: the process loaded the reference voice once
         assert worker.log().count("loading Piper voice from") == 1
     finally:
-        await asyncio.gather(alice.leave(), bob.leave())
+        await alice.leave()
+        await livekit_server.phone_hang_up(call_id)
+    await until(lambda: closing_record(worker, "room-a") and closing_record(worker, "room-phone"), 60,
+                "both sessions to close")
+    assert closing_record(worker, "room-a")["turn_detection"] is None
+    assert closing_record(worker, "room-phone")["turn_detection"] == phone_turn_detection()
     assert not worker.records("error"), worker.records("error")
 
 
