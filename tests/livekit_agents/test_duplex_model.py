@@ -286,8 +286,8 @@ async def test_a_spoken_weather_question_is_answered_with_the_agents_tool_by_the
         # once, and the caller heard the answer carrying what it returned
         assert [t["function"]["name"] for t in seen[0]["tools"]] == ["get_weather"], seen[0]
         (ran,) = worker.records("tool", "room-weather")
-        heard = words(reply.heard)
-        assert {"sunny", "degrees"} <= set(heard), (reply, ran)
+        # (Whisper on the agent's voice writes "sunny" as "Sonny" now and then: most of the answer's words)
+        assert reply_heard(reply.heard, reply.transcript) and "degrees" in words(reply.heard), (reply, ran)
         assert [m["role"] for m in seen[-1]["messages"]][-2:] == ["assistant", "tool"], seen[-1]
         assert not worker.records("error"), worker.records("error")
     finally:

@@ -19,6 +19,7 @@ from duplex_agent.plugins.reference.plugin import ReferenceOptions, ReferencePlu
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.integration.conftest import Microphone
 from tests.support.chat_stub import start_server
+from tests.support.heard import reply_heard
 from tests.support.waits import until
 from tests.tools import e2e_tools
 from tests.tools.chat_model import announcing_hang_up
@@ -73,9 +74,10 @@ async def test_a_caller_asks_the_weather_and_hears_the_tools_answer(tool_worker)
         answer_at = len(peer.received)
         await until(lambda: peer.loud_frames() > 0 and _quiet_for(peer, answer_at, 40), 60, "the answer to play out")
         # What the caller heard carries the tool's result (Whisper tiny.en hears "Paris" as
-        # "pairs" in this voice; the transcript has the city).
-        heard = words(transcribe(np.concatenate(peer.received[since:]), 48000))
-        assert {"sunny", "degrees"} <= set(heard), " ".join(heard)
+        # "pairs" and now and then "sunny" as "Sonny" in this voice; the transcript has them).
+        heard = transcribe(np.concatenate(peer.received[since:]), 48000)
+        answer = next(t for t in transcripts(peer) if "sunny" in t.lower())
+        assert reply_heard(heard, answer) and "degrees" in words(heard), (heard, answer)
         assert any("sunny and 21 degrees in paris" in t.lower() for t in transcripts(peer)), transcripts(peer)
     finally:
         await peer.close()

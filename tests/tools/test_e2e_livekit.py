@@ -8,6 +8,7 @@ from devtools.speech import words
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit.conftest import AGENT_NAME, livekit_server, processes, ready_worker, start_worker  # noqa: F401
 from tests.support.chat_stub import start_server, tool_calling_reply
+from tests.support.heard import reply_heard
 from tests.support.waits import until
 
 
@@ -28,8 +29,8 @@ async def test_a_livekit_caller_asks_the_weather_and_hears_the_tools_answer(live
         # The endpoint got the tool's output from the worker's edge, and answered with it.
         tool_messages = [m for m in seen[-1]["messages"] if m.get("role") == "tool"]
         assert tool_messages and tool_messages[-1]["content"] == "It is sunny and 21 degrees in Paris."
-        heard = words(reply.heard)
-        assert {"sunny", "degrees"} <= set(heard), " ".join(heard)
+        # (Whisper on the agent's voice writes "sunny" as "Sonny" now and then: most of the answer's words)
+        assert reply_heard(reply.heard, reply.transcript) and "degrees" in words(reply.heard), reply
     finally:
         if caller is not None:
             await caller.leave()
