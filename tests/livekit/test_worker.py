@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import soxr
+from livekit import rtc
 from livekit.protocol import agent as agent_pb
 
 from devtools.speech import speak, vocal_burst, words
@@ -39,6 +40,11 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     await until(lambda: _agent_identity(livekit_server, room) is not None, 30, "the agent to join")
     await until(lambda: "listening" in caller.agent_states, 30, "the agent's state")
     agent = _agent_identity(livekit_server, room)
+    # A participant without a microphone (never served) who sees the agent's tracks come and go.
+    observer = rtc.Room()
+    unpublished: list[str] = []
+    observer.on("track_unpublished", lambda publication, participant: unpublished.append(participant.identity))
+    await observer.connect(livekit_server.url, livekit_server.mint_token("observer", room))
 
     # One exchange: the caller's words and the agent's spoken echo.
     heard = await caller.say_and_hear(QUESTION)
@@ -85,9 +91,13 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     heard = words([t for t in segment if t.final][-1].text)
     assert heard == generated[: len(heard)] and len(heard) < len(generated)
 
-    # The caller leaves: the worker ends the session and the job.
+    # The caller leaves: the worker ends the session, takes its voice out of the room (a room the
+    # server ends with a track still published keeps it in livekit's native core, a thread per
+    # call), and once the room closes, ends the job.
     job_id = dispatch.job_id
     await caller.leave()
+    await until(lambda: agent in unpublished, 30, "the agent to unpublish its voice")
+    await observer.disconnect()
     await until(lambda: livekit_server.jobs[job_id].status in (agent_pb.JobStatus.JS_SUCCESS, agent_pb.JobStatus.JS_FAILED)
                    or livekit_server.jobs[job_id].terminated, 30, "the job to end")
     figures = re.search(r"call figures: .*'barge_ins': (\d+), 'false_pauses': (\d+)", worker.log())

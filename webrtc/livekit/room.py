@@ -157,18 +157,14 @@ class LiveKitRoomCall:
         # Each delta written is an FFI request and callback: a reply's words go out joined.
         self._deltas = TranscriptDeltas(
             lambda d: self._later(lambda: self._agent_transcript(d.response_id, d.delta)))
-        self._published = False
+        self._published = False  # the agent has shown itself in the room (its voice, its state)
+        self._voice: rtc.LocalTrackPublication | None = None  # the agent's voice track, while published
         self._conversation_open = False
 
     # ---- lifecycle ----
 
     async def run(self) -> None:
-        track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source.source)
-        # DTX (the SDK's default, said here as a choice): LiveKit then answers it on, and the quiet
-        # stretches go as a packet in 200-400 ms; a reply after quiet is heard no later for it
-        # (bench.livekit_quiet_gap, docs/performance.md).
-        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, dtx=True)
-        await self.room.local_participant.publish_track(track, options)
+        await self._publish_voice()
         self._published = True
         self._writer_task = asyncio.create_task(self._write_to_room(), name="livekit-room-writes")
         self.room.on("track_published", self._on_track_published)
@@ -182,8 +178,12 @@ class LiveKitRoomCall:
                     break
                 caller = self._choose_caller()
                 if caller is None:
+                    if self.sessions_served:  # its caller gone, the room may end: leave no track published
+                        await self._unpublish_voice()
                     await self._wait(self._caller_changed)
                     continue
+                if self._voice is None:
+                    await self._publish_voice()
                 await self._serve(caller)
         finally:
             await self._end_call(self._end_reason)
@@ -196,10 +196,34 @@ class LiveKitRoomCall:
             if self._writer_task is not None:
                 self._writer_task.cancel()
                 await asyncio.gather(self._writer_task, return_exceptions=True)
+            await self._unpublish_voice()
             # The native source ticks every 10 ms until disposed; left to the garbage collector,
             # every call a worker had served kept one ticking (its cost grew with calls served).
             await self.source.aclose()
             self._finished.set()
+
+    async def _publish_voice(self) -> None:
+        track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.source.source)
+        # DTX (the SDK's default, said here as a choice): LiveKit then answers it on, and the quiet
+        # stretches go as a packet in 200-400 ms; a reply after quiet is heard no later for it.
+        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE, dtx=True)
+        self._voice = await self.room.local_participant.publish_track(track, options)
+
+    async def _unpublish_voice(self) -> None:
+        """The agent's voice out of the room, while it still can be taken out.
+
+        A room the server ends (its caller gone, deleted, the agent removed) with a local track
+        still published keeps that track in livekit's native core for the life of the process,
+        with its source's capture thread: a thread and its memory for every call served. A
+        track unpublished before that leaves nothing behind.
+        """
+        if self._voice is None or not self.room.isconnected():
+            return
+        publication, self._voice = self._voice, None
+        try:
+            await self.room.local_participant.unpublish_track(publication.sid)
+        except Exception as exc:  # the room is going anyway: it only costs what is described above
+            log.warning("unpublishing the agent's voice in room %s failed: %s", self.room.name, exc)
 
     def end_once_served(self) -> None:
         """End the call once the wanted caller has been served and left (an answered outbound call:
