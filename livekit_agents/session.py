@@ -185,9 +185,9 @@ class DuplexAgentSession(llm.DuplexSession):
         self._conversation = RoomAckedConversation(conversation, on_audio_delta=self._on_audio_delta)
         linked = self._link.session
         self._conversation.room_attached = linked is not None and linked.output.audio is not None
+        self._learn_caller_line()
         # No pause at a mere rise in the caller's level (knocks, coughs): here a false pause is not
         # free, the room output's dropped queue is skipped and the reply's later words leave history.
-        self._learn_caller_line()
         path = CallAudioPath(self._conversation, overlap_policy=self._plan.overlap_policy,
                              turn_detection=self.turn_detection, pause_on_level=False,
                              on_event=self._on_event, on_closed=self._on_conversation_closed,
