@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from duplex_agent.agent.app.bootstrap import options_from_environment, start_backend
+from duplex_agent.agent.app.collector import freeze_what_started
 from duplex_agent.agent.app.flags import (
     DEV,
     DIAL,
@@ -80,6 +81,7 @@ async def serve(settings: Settings) -> None:
     except ModelStartError:
         await backend.close()
         raise
+    freeze_what_started()
     runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools), settings.host,
                               settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from livekit import agents, api
 
 from duplex_agent.agent import metrics
+from duplex_agent.agent.app.collector import collect_after_call, freeze_what_started
 from duplex_agent.agent.app.outbound_call import dial_out
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
@@ -179,6 +180,7 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
                 await lkapi.aclose()
         log.info("job %s ends after %d session(s)", ctx.job.id, call.sessions_served)
         ctx.shutdown("room closed")  # the framework leaves the room
+        collect_after_call()  # this call's room goes at the next call's end; earlier ones now
 
     server.rtc_session(entrypoint, agent_name=settings.agent_name)
     return server
@@ -231,6 +233,7 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
     except ModelStartError:
         await backend.close()
         raise
+    freeze_what_started()
     calls = LiveCalls()
     server = build_agent_server(settings, backend, calls, dev=dev, tools=tools)
     page = None
