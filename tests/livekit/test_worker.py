@@ -44,7 +44,8 @@ async def test_dispatched_worker_talks_with_a_caller(livekit_server, ready_worke
     observer = rtc.Room()
     unpublished: list[str] = []
     observer.on("track_unpublished", lambda publication, participant: unpublished.append(participant.identity))
-    await observer.connect(livekit_server.url, livekit_server.mint_token("observer", room))
+    await observer.connect(livekit_server.url, livekit_server.mint_token("observer", room),
+                           rtc.RoomOptions(auto_subscribe=False))  # no audio of the call to carry
 
     # One exchange: the caller's words and the agent's spoken echo.
     heard = await caller.say_and_hear(QUESTION)
