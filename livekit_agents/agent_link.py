@@ -76,6 +76,7 @@ class AgentSessionLink:
         #: the response the newest burst goes on with, once an earlier burst of it ended
         self.reopened: str | None = None
         self._heard: dict[str, str] = {}  # message id -> what the caller heard of it, once cut
+        self.roomless = False  # the session runs without a room: no caller is ever linked
 
     def find(self, explicit: Iterable[AgentSession]) -> AgentSession | None:
         """The session running ``duplex`` now, else None (not started yet, or not ours)."""
@@ -93,13 +94,15 @@ class AgentSessionLink:
         return None
 
     def linked_caller(self, explicit: Iterable[AgentSession]) -> rtc.RemoteParticipant | None:
-        """The participant the session's room input listens to, once it has linked one."""
+        """The participant the session's room input listens to, once it has linked one (and
+        ``roomless`` once the session is found to have no room, so none will ever be)."""
         session = self.session or self.find(explicit)
         if session is None:
             return None
         try:
             return session.room_io.linked_participant
         except RuntimeError:  # a session started without a room
+            self.roomless = True
             return None
 
     def connect(self, session: AgentSession) -> None:

@@ -275,6 +275,7 @@ class DuplexAgentSession(llm.DuplexSession):
         the session opens, and later ones where it links them later."""
         caller = self._link.linked_caller(self._plan.attached)
         if caller is None:
+            self._caller_line_known = self._link.roomless  # else asked again at the next frame
             return False
         self._caller_line_known = True
         chosen = caller_turn_detection(caller.kind == rtc.ParticipantKind.PARTICIPANT_KIND_SIP,

@@ -8,24 +8,18 @@ from __future__ import annotations
 import numpy as np
 
 from devtools.livekit_server.sip import Phone
-from devtools.speech import speak, transcribe
+from devtools.speech import speak
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.livekit.test_dial_out import job_ended, metrics
 from tests.support.chat_stub import GOODBYE, TRANSFER_ANNOUNCEMENT, start_server, tool_calling_reply
-from tests.support.heard import heard_to_the_end
+from tests.support.heard import heard_to_the_end, phone_heard
 from tests.support.ports import free_port
 from tests.support.waits import until
 
 ASKS_FOR_A_PERSON = "+15551230011"
 DONE = "+15551230012"
 DESK = "+15558880000"
-
-
-def heard_text(call, until_s: float | None = None) -> str:
-    """What the phone heard down its line (before ``until_s``, monotonic s, when given), as Whisper writes it."""
-    parts = [h.samples for h in call.heard if until_s is None or h.at <= until_s]
-    return transcribe(np.concatenate(parts), call.rate) if parts else ""
 
 
 def replied_and_quiet(call, quiet_s: float = 1.0) -> bool:
@@ -65,7 +59,7 @@ async def test_the_agent_transfers_a_caller_who_asks_for_a_person_and_hangs_up_a
         assert transfer.to == f"tel:{DESK}"
         call = livekit_server.sip_call_to(ASKS_FOR_A_PERSON)
         assert call.ended_by == "transfer" and call.transferred_to == transfer.to
-        announced = heard_text(call, transfer.at)
+        announced = phone_heard(call, until=transfer.at)
         assert heard_to_the_end(announced, TRANSFER_ANNOUNCEMENT), f"the announcement was not all heard: {announced}"
         await until(lambda: job_ended(livekit_server, "transfer-call"), 30, "the transferred call's job to end")
 
@@ -83,7 +77,7 @@ async def test_the_agent_transfers_a_caller_who_asks_for_a_person_and_hangs_up_a
             raise AssertionError(f"{exc}; the model was asked: {asked_of_model(seen)}") from None
         call = livekit_server.sip_call_to(DONE)
         assert call.ended_by == "room"
-        goodbye = transcribe(call.heard_audio(asked), call.rate)
+        goodbye = phone_heard(call, since=asked)
         assert heard_to_the_end(goodbye, GOODBYE), f"the goodbye was not all heard: {goodbye}"
         await until(lambda: job_ended(livekit_server, "done-call"), 30, "the hung-up call's job to end")
 

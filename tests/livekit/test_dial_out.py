@@ -11,15 +11,15 @@ import json
 import sys
 
 import aiohttp
-import numpy as np
 from livekit import rtc
 from livekit.protocol import agent as agent_pb
 
 from devtools.livekit_server.sip import Answer, Phone
-from devtools.speech import speak, transcribe, words
+from devtools.speech import speak, words
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.serve_process import environment
+from tests.support.heard import phone_heard
 from tests.support.ports import free_port
 from tests.support.waits import until
 
@@ -69,10 +69,7 @@ class RoomEvents:
 
 def heard_since(server, number: str, since: float = 0.0) -> list[str]:
     """The words the phone at ``number`` heard down its line since ``since`` (monotonic s)."""
-    audio = server.sip_call_to(number).heard_audio(since)
-    if not (audio.size and float(np.abs(audio).max()) > 0.05):
-        return []
-    return words(transcribe(audio, 8000))
+    return words(phone_heard(server.sip_call_to(number), since))
 
 
 async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_own_line(

@@ -9,10 +9,10 @@ import numpy as np
 
 from devtools.livekit_server.sip import Phone
 from devtools.phone_greetings import MACHINE_GREETINGS, beep, quiet
-from devtools.speech import espeak, speak, transcribe
+from devtools.speech import espeak, speak
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
-from tests.support.heard import heard_to_the_end
+from tests.support.heard import heard_to_the_end, phone_heard
 from tests.support.waits import until
 
 MACHINE = "+15551230003"
@@ -75,7 +75,7 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_hea
     beep_over = said_loud[-1]
     assert not loud_since(call, 0.0) or loud_since(call, 0.0)[0] > beep_over, "the agent spoke over the greeting"
     # the message, to its last word, before the hang-up (Whisper through the line misses a word now and then)
-    after_beep = transcribe(call.heard_audio(beep_over), call.rate)
+    after_beep = phone_heard(call, since=beep_over)
     assert heard_to_the_end(after_beep, MESSAGE), after_beep
     assert "voicemail message was left" in worker.log()
 
@@ -89,7 +89,7 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_hea
 
     await until(greeted, 120, "the agent's greeting, said to its end")
     person = livekit_server.sip_call_to(SILENT)
-    heard = transcribe(person.heard_audio(), person.rate)
+    heard = phone_heard(person)
     assert heard_to_the_end(heard, GREETING), heard
     await livekit_server.phone_hang_up(person.call_id)
     assert "Traceback" not in worker.log()

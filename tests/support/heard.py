@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from devtools.speech import words
+import numpy as np
+
+from devtools.speech import transcribe, words
 
 #: Share of a reply's words a caller must be heard to have heard. Whisper, run on audio that went
 #: through the reference voice, Opus and a loaded machine's playout, now and then writes a short
@@ -21,3 +23,13 @@ def heard_to_the_end(heard: str, said: str, share: float = HEARD_SHARE) -> bool:
     not cut before its end."""
     last = words(said)[-1:]
     return reply_heard(heard, said, share) and set(last) <= set(words(heard))
+
+
+def phone_heard(call, since: float = 0.0, until: float | None = None) -> str:
+    """What a loopback phone (its ``CallRecord``) heard down its line from ``since`` to ``until``
+    (monotonic s), as Whisper writes it; "" when none of it was loud (Whisper makes words of a
+    quiet line)."""
+    audio = call.heard_audio(since, until)
+    if not (audio.size and float(np.abs(audio).max()) > 0.05):
+        return ""
+    return transcribe(audio, call.rate)

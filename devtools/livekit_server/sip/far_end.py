@@ -77,9 +77,9 @@ class CallRecord:
     heard: list[Heard] = field(default_factory=list)
     said: list[Heard] = field(default_factory=list)
 
-    def heard_audio(self, since: float = 0.0) -> np.ndarray:
-        """What the phone heard (8 kHz) from ``since`` (monotonic s) on."""
-        parts = [h.samples for h in self.heard if h.at >= since]
+    def heard_audio(self, since: float = 0.0, until: float | None = None) -> np.ndarray:
+        """What the phone heard (8 kHz) from ``since`` (monotonic s) on, to ``until`` when given."""
+        parts = [h.samples for h in self.heard if h.at >= since and (until is None or h.at <= until)]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     @property
