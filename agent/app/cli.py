@@ -9,8 +9,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from duplex_agent.agent.app.bootstrap import options_from_environment, start_backend
-from duplex_agent.agent.app.collector import freeze_what_started
+from duplex_agent.agent.app.bootstrap import options_from_environment
 from duplex_agent.agent.app.flags import (
     DEV,
     DIAL,
@@ -23,7 +22,7 @@ from duplex_agent.agent.app.flags import (
 )
 from duplex_agent.agent.app.settings import Settings, read_arguments
 from duplex_agent.agent.app.shutdown import ShutdownSignals, drain
-from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
+from duplex_agent.agent.app.tools_setup import start_serving_backend
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.plugins.contract import duplex_plugin_type
 
@@ -74,14 +73,7 @@ async def serve(settings: Settings) -> None:
     ssl_context = tls_context(settings)  # before the models load: a bad certificate fails at once
     signals = ShutdownSignals()
     signals.install()
-    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
-    backend = await start_backend(settings)
-    try:
-        require_tool_calls(tools, backend.capabilities)
-    except ModelStartError:
-        await backend.close()
-        raise
-    freeze_what_started()
+    backend, tools = await start_serving_backend(settings)
     runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools), settings.host,
                               settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from livekit import agents, api
 
 from duplex_agent.agent import metrics
-from duplex_agent.agent.app.collector import collect_after_call, freeze_what_started
+from duplex_agent.agent.app.collector import collect_after_call
 from duplex_agent.agent.app.outbound_call import dial_out
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
@@ -219,21 +219,13 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
 
 
 async def _serve(settings: Settings, *, dev: bool) -> None:
-    from duplex_agent.agent.app.bootstrap import start_backend
     from duplex_agent.agent.app.server import build_app, build_metrics_app, start_http
-    from duplex_agent.agent.app.tools_setup import load_edge_tools, require_tool_calls
+    from duplex_agent.agent.app.tools_setup import start_serving_backend
 
     signals = ShutdownSignals()
     signals.install()
     _start_livekit_ffi()
-    tools = load_edge_tools(settings)  # before the model loads: a module that cannot serve fails at once
-    backend = await start_backend(settings)
-    try:
-        require_tool_calls(tools, backend.capabilities)
-    except ModelStartError:
-        await backend.close()
-        raise
-    freeze_what_started()
+    backend, tools = await start_serving_backend(settings)
     calls = LiveCalls()
     server = build_agent_server(settings, backend, calls, dev=dev, tools=tools)
     page = None

@@ -1,5 +1,6 @@
-"""``--tools`` at start-up: the module loads before any model does, and a model that cannot call
-tools stops the start, each with a one-line reason (the CLI's exit 2)."""
+"""Start-up with ``--tools``: the module loads before any model does, and a model that cannot call
+tools stops the start, each with a one-line reason (the CLI's exit 2); ``start_serving_backend``
+is that start, shared by ``serve`` and ``start``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from duplex_agent.agent.models.model_errors import MissingModelError, ModelStart
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 if TYPE_CHECKING:
+    from duplex_agent.agent.session.ports import DuplexBackend
     from duplex_agent.agent.tools.toolbox import ToolBox
 
 #: How a model that cannot call tools as it runs now can, when it has a way.
@@ -41,3 +43,21 @@ def require_tool_calls(tools: ToolBox | None, capabilities: DuplexCapabilities) 
     hint = TOOL_HINTS.get(capabilities.plugin_id)
     raise ModelStartError(f"--tools {tools.module.name!r}: the model {capabilities.plugin_id!r} cannot call tools"
                           + (f"; {hint}" if hint else ""))
+
+
+async def start_serving_backend(settings: Settings) -> tuple[DuplexBackend, ToolBox | None]:
+    """What ``serve`` and ``start`` share before they take calls: the edge tools (a module that
+    cannot serve fails before the model loads), the backend started, its model able to call
+    them, and the started heap frozen out of garbage collection."""
+    from duplex_agent.agent.app.bootstrap import start_backend
+    from duplex_agent.agent.app.collector import freeze_what_started
+
+    tools = load_edge_tools(settings)
+    backend = await start_backend(settings)
+    try:
+        require_tool_calls(tools, backend.capabilities)
+    except ModelStartError:
+        await backend.close()
+        raise
+    freeze_what_started()
+    return backend, tools
