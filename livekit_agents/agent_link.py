@@ -150,6 +150,7 @@ class AgentSessionLink:
     def _on_generation_created(self, ev: llm.GenerationCreatedEvent) -> None:
         # the adapter opens a burst while our gate reports the response its frame carries
         response_id = self._response_of_burst()
+        log.debug("AgentSession opened generation %s for response %s", ev.response_id, response_id)
         if ev.response_id and response_id is not None:
             if response_id == self._last_response:
                 self.reopened = response_id

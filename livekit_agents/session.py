@@ -423,6 +423,9 @@ class DuplexAgentSession(llm.DuplexSession):
             self._response_start_ms[response] = start_ms
             if self._link.session is None:
                 self.link_session()
+            # where a reply the caller never heard got to: its first frame left for the adapter
+            log.debug("response %s: its first frame goes to AgentSession (linked: %s)", response,
+                      self._link.session is not None)
         self._gate.open_for = response
         self._frame_response = response
         frame = rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, FRAME_SAMPLES)

@@ -1,8 +1,8 @@
 """vLLM-Omni's own ``DuplexClient`` against duplex servers; prints one JSON report line per run.
 
 Run with ``.venv-omni/bin/python -m devtools.omni_peer.duplex_client_run --run URL DROP
-[--run URL DROP ...] [--turns 2]``: the runs go one after another in this one process
-(importing vLLM-Omni takes most of a run's time). Each turn streams a 600 ms tone, commits with a
+[--run URL DROP ...] [--turns 2]``: the runs go side by side in this one process, a session
+each (importing vLLM-Omni takes most of a run's time). Each turn streams a 600 ms tone, commits with a
 response, drains the reply's audio and acknowledges its playback, as an application built on the
 client would. A ``DROP`` of N > 0 aborts the TCP connection (no close frame) after turn N, so the
 client's own resume runs; 0 never drops it. ``silentN`` drops it in the middle of turn N's reply,
@@ -113,10 +113,15 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--model", default="duplex")
     args = parser.parse_args()
-    for url, drop in args.run:
-        report = asyncio.run(run(url, turns=args.turns, drop=drop, model=args.model))
-        print(json.dumps({"url": url, "drop": drop, **report}), flush=True)
+    asyncio.run(_run_all(args.run, turns=args.turns, model=args.model))
     return 0
+
+
+async def _run_all(runs: list[tuple[str, str]], *, turns: int, model: str) -> None:
+    """Every run side by side, each a session of its own; the reports in the order asked."""
+    reports = await asyncio.gather(*(run(url, turns=turns, drop=drop, model=model) for url, drop in runs))
+    for (url, drop), report in zip(runs, reports):
+        print(json.dumps({"url": url, "drop": drop, **report}), flush=True)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,14 @@ async def get_weather(context: RunContext, city: str) -> str:
     return f"sunny and 21 degrees in {city}"
 
 
+def _record_speech(room: str, ev) -> None:
+    """A speech AgentSession scheduled (a model's reply among them), and how it ended: a reply the
+    caller never heard shows whether the session got it, and whether it was interrupted unplayed."""
+    handle = ev.speech_handle
+    _record(room, "speech", id=handle.id, source=ev.source, user_initiated=ev.user_initiated)
+    handle.add_done_callback(lambda h: _record(room, "speech_done", id=h.id, interrupted=h.interrupted))
+
+
 async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     room = ctx.room.name
     session = AgentSession(llm=MODEL, aec_warmup_duration=None)
@@ -182,6 +190,7 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     # for a failure's diagnosis: where the turn got to
     session.on("user_state_changed", lambda ev: _record(room, "user_state", state=ev.new_state))
     session.on("agent_state_changed", lambda ev: _record(room, "agent_state", state=ev.new_state))
+    session.on("speech_created", lambda ev: _record_speech(room, ev))
     closed = asyncio.Event()
     session.on("close", lambda ev: closed.set())
     if stall_s := float(os.environ.get("DUPLEX_TEST_STALL_S", "0")):
@@ -190,6 +199,9 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     await session.start(room=ctx.room, agent=Agent(instructions="Repeat what the caller says.", tools=tools))
     duplex = session.current_agent.duplex_session
     duplex.on("session_reconnected", lambda ev: _record(room, "reconnected"))
+    # the adapter's bursts: the model's audio reached AgentSession as a generation
+    session.current_agent.realtime_llm_session.on(
+        "generation_created", lambda ev: _record(room, "generation", id=ev.response_id, user_initiated=ev.user_initiated))
     _count_caller_audio(room, session, duplex, ctx.room)
     # started for the test once the caller's audio reaches the model: AgentSession reads the room's
     # track only once it has subscribed to it, which on a loaded machine can come after start returns,

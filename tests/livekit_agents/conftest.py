@@ -32,7 +32,15 @@ class AppWorker(AgentProcess):
     def report(self) -> str:
         """The log's tail and the records' (where each session's turns got to)."""
         rows = self.record.read_text().splitlines() if self.record.exists() else []
-        return super().report() + f"\n--- {self.record.name} (last 40) ---\n" + "\n".join(rows[-40:])
+        return super().report() + f"\n--- {self.log_path.name} (ours, warnings and errors, last 40) ---\n" \
+            + "\n".join(line[:400] for line in self._notable_lines()[-40:]) \
+            + f"\n--- {self.record.name} (last 40) ---\n" + "\n".join(rows[-40:])
+
+    def _notable_lines(self) -> list[str]:
+        """Our session's records, warnings and errors, wherever they fell: the tail alone misses a
+        turn's early trouble."""
+        return [line for line in self.log().splitlines()
+                if '"name": "duplex_agent' in line or any(f'"level": "{level}"' in line for level in ("WARNING", "ERROR", "CRITICAL"))]
 
     def records(self, kind: str | None = None, room: str | None = None) -> list[dict]:
         if not self.record.exists():

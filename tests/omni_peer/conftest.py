@@ -88,8 +88,8 @@ def run_duplex_client(omni_python) -> Callable[[list[tuple[str, int | str]]], li
     """run_duplex_client([(url, drop), ...]) -> the reports of vLLM-Omni's DuplexClient, one per run, in order
     (``drop``: see ``devtools.omni_peer.duplex_client_run``).
 
-    The runs go one after another in one process (``devtools.omni_peer.duplex_client_run``): the
-    import of vLLM-Omni is most of a run's time.
+    The runs go side by side in one process (``devtools.omni_peer.duplex_client_run``), a session
+    each: the import of vLLM-Omni is most of a run's time.
     """
     def run(runs: list[tuple[str, int | str]], timeout: float = 600.0) -> list[dict]:
         command = [omni_python, "-m", "devtools.omni_peer.duplex_client_run"]
