@@ -1,5 +1,8 @@
 """A real aiortc client peer through /api/offer, with the real Silero edge VAD."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from aiohttp import web
@@ -88,3 +91,24 @@ async def test_caller_speech_over_the_agent_silences_it_at_the_edge(host_address
         await client.close()
         await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
         await http.close()
+
+
+async def test_a_finished_call_leaves_nothing_of_itself_alive(host_address):
+    """Once a call has ended, nothing holds its peer connection, session or conversation: a worker
+    that serves calls for weeks would otherwise keep every one it ever served."""
+    backend = EchoBackend()
+    http, app = await serve(backend, host_address)
+    client = ClientPeer(host_address, frames_of(tone(4000, rate=48000)))
+    try:
+        await client.connect(http)
+        await until(lambda: client.loud_frames() >= 25, 10, "echoed audio at the client")
+        session = app[WEBRTC_PEERS].sessions[client.pc_id]
+        assert session.consent  # our consent keeper and datagram guard sit on its ICE connections
+        left = [weakref.ref(session), weakref.ref(session.pc), weakref.ref(session.consent[0])]
+        del session
+    finally:
+        await client.close()
+        await until(lambda: not app[WEBRTC_PEERS].sessions, 10, "the server to free the peer")
+        await http.close()
+    gc.collect()
+    assert [type(ref()).__name__ for ref in left if ref() is not None] == []

@@ -14,7 +14,6 @@ each of ``pc``'s connections; the version checked is in ``webrtc.private_interna
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable
 
 from aioice import Connection
@@ -45,17 +44,21 @@ class EmptyDatagramGuard:
             logger.warning("dropping empty datagrams on %s (they would end the call)", self.connection)
 
 
-_GUARDS: weakref.WeakKeyDictionary[Connection, EmptyDatagramGuard] = weakref.WeakKeyDictionary()
-
-
 def drop_empty_datagrams(pc: RTCPeerConnection) -> list[EmptyDatagramGuard]:
     """The guard on each of ``pc``'s ICE connections (those guarded already keep theirs); call it
     once the remote description is set."""
     guards = []
     for connection in ice_connections(pc):
-        guard = _GUARDS.get(connection)
+        guard = installed_guard(connection)
         if guard is None:
-            guard = _GUARDS[connection] = EmptyDatagramGuard(connection)
+            guard = EmptyDatagramGuard(connection)
             guard.install()
         guards.append(guard)
     return guards
+
+
+def installed_guard(connection: Connection) -> EmptyDatagramGuard | None:
+    """The guard installed on ``connection``, found through the method it replaced (a registry
+    beside the connections would keep each one, and its call, alive for good)."""
+    guard = getattr(connection.data_received, "__self__", None)
+    return guard if isinstance(guard, EmptyDatagramGuard) else None

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -62,10 +61,6 @@ CHECKS_PER_EXPIRY = 6
 CONSENT_EXPIRED = "consent_expired"
 CONSENT_REVOKED = "consent_revoked"
 _FORBIDDEN = 403
-
-#: The connections already kept, and by which keeper.
-_KEEPERS: weakref.WeakKeyDictionary[Connection, ConsentKeeper] = weakref.WeakKeyDictionary()
-
 
 class ConsentLost(ConnectionError):
     """The peer's consent to receive ended: ``code`` is ``consent_expired`` or ``consent_revoked``."""
@@ -252,9 +247,17 @@ def keep_consent(pc: RTCPeerConnection, on_lost: Callable[[ConsentLost], None] |
     """
     keepers = []
     for connection in ice_connections(pc):
-        keeper = _KEEPERS.get(connection)
+        keeper = installed_keeper(connection)
         if keeper is None:
-            keeper = _KEEPERS[connection] = ConsentKeeper(connection, on_lost, expiry_s=expiry_s)
+            keeper = ConsentKeeper(connection, on_lost, expiry_s=expiry_s)
             keeper.install()
         keepers.append(keeper)
     return keepers
+
+
+def installed_keeper(connection: Connection) -> ConsentKeeper | None:
+    """The keeper installed on ``connection``, found through the method it replaced: a registry of
+    keepers beside the connections would hold each keeper, and through it the connection and its
+    whole call, for the life of the process."""
+    keeper = getattr(connection.query_consent, "__self__", None)
+    return keeper if isinstance(keeper, ConsentKeeper) else None
