@@ -1,7 +1,7 @@
 """The call rounds' rig: the processes of a run and how one round is driven and sampled.
 
 Every party is its own process, so each one's CPU is its own (psutil cpu_times deltas over a steady
-window): the workers (``duplex-agent serve``, or ``bench.livekit_worker`` beside the loopback LiveKit
+window): the workers (``duplex-agent serve``, or ``duplex-agent start --metrics-port`` beside the loopback LiveKit
 server), the bare aiortc echo peer (``bench.echo_peer``), and per round N callers in one process
 (``bench.livekit_callers``). What a round measured goes into a ``bench.call_figures.Round``; this
 module judges nothing.
@@ -394,8 +394,8 @@ class Rig:
             if over_livekit(path):
                 if self.server is None:
                     self.server, self.livekit_url = start_loopback_server(self.log_dir, host)
-                agent = "bench.livekit_worker" if kind(path) == "livekit" else "bench.livekit_echo_agent"
-                command = [python, "-m", agent, "--metrics-port", str(port)]
+                command = [python, "-m", "duplex_agent.agent.app.cli", "start", "--metrics-port", str(port)] \
+                    if kind(path) == "livekit" else [python, "-m", "bench.livekit_echo_agent", "--metrics-port", str(port)]
                 env = {"DUPLEX_PLUGIN": "scripted", "DUPLEX_MAX_SESSIONS": capacity, "LIVEKIT_URL": self.livekit_url,
                        "DUPLEX_AGENT_NAME": agent_name(path)}
             elif kind(path) == "direct":

@@ -5,7 +5,7 @@ is its own process, so each one's CPU is its own (psutil cpu_times deltas over a
 
 - ``direct``: the worker, ``duplex-agent serve --plugin scripted`` (aiortc peers, ``POST /api/offer``);
 - ``livekit``: the loopback LiveKit server (``devtools.livekit_server``) and the LiveKit worker
-  (``bench.livekit_worker``: ``duplex-agent start`` plus ``/metrics``);
+  (``duplex-agent start --metrics-port``: the worker as users run it, with ``/metrics``);
 - ``echo``: the transport floor, bare aiortc peers echoing each caller (``bench.echo_peer``);
 - per round, N callers in one process (``bench.livekit_callers``), each looping: say a question,
   hear ~300 ms of the reply, say an interruption that runs on into the next question.

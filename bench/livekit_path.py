@@ -1,6 +1,6 @@
 """Barge-in as a LiveKit caller hears it, beside a bare livekit.rtc agent, and the LiveKit path's CPU per call.
 
-Whole calls: the loopback LiveKit server, the LiveKit worker (``bench.livekit_worker``, scripted
+Whole calls: the loopback LiveKit server, the LiveKit worker (``duplex-agent start``, scripted
 plugin), the LiveKit barge-in floor, a bare ``livekit.rtc`` agent (``bench.livekit_echo_agent``)
 through the same server, and the transport floor (``bench.echo_peer``), each its own process; rounds
 alternate between them at each N (and a ``--control`` checkout's worker, for an A/B). The callers'

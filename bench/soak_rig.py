@@ -2,7 +2,7 @@
 
 - ``direct``: ``duplex-agent serve`` (direct WebRTC callers), with the soak's tool-calling model and
   a tool module, so every turn runs a tool at the edge;
-- ``livekit``: the LiveKit worker (``bench.livekit_worker``), the same model and tools;
+- ``livekit``: the LiveKit worker (``duplex-agent start --metrics-port``), the same model and tools;
 - ``agents``: a LiveKit Agents app (``bench/livekit_agents_app.py``, ``ours``: AgentSession with our
   DuplexModel) and ``agents-backend``, the ``duplex-agent serve`` its DuplexModel talks to over the
   realtime websocket (plain scripted tones: a websocket client runs its own tools, and the app has none).
@@ -65,8 +65,8 @@ class SoakRig:
             port = free_port()
             env = {"DUPLEX_PLUGIN": MODEL, "DUPLEX_TOOLS": TOOLS, "DUPLEX_MAX_SESSIONS": self.capacity,
                    "LIVEKIT_URL": livekit_url, "DUPLEX_AGENT_NAME": LIVEKIT_AGENT}
-            self.workers.append(Worker("livekit", Service("livekit", [sys.executable, "-m", "bench.livekit_worker",
-                                                                      "--metrics-port", str(port)],
+            self.workers.append(Worker("livekit", Service("livekit", [sys.executable, "-m", "duplex_agent.agent.app.cli",
+                                                                      "start", "--metrics-port", str(port)],
                                                           self.log_dir / "livekit.log", env), port, "livekit"))
             self.targets.append(Target("livekit", "livekit", livekit_url, LIVEKIT_AGENT))
         if "agents" in self.kinds:
