@@ -244,6 +244,8 @@ class Participant:
         keep_consent(self.pub_pc)  # RFC 7675's 30 s, as LiveKit's ICE allows, not aioice's few seconds
         self._remote_set[0] = True
         new_media, self._new_media = self._new_media, []
+        log.debug("%s/%s: publisher offer %s with %d new track(s), %d pending", self.room.name, self.identity,
+                  sd.id, len(new_media), len(self._pending))
         red_of_mid = red_payload_types(sd.sdp, self._audio_track_info)  # before the tracks stop being pending
         for track in new_media:
             self._on_media_track(track, sd.sdp, red_of_mid)
@@ -311,6 +313,7 @@ class Participant:
         info.audio_features.extend(req.audio_features)
         info.layers.extend(req.layers)
         self._pending[req.cid] = PublishedTrack(info=info, cid=req.cid, publisher=self)
+        log.debug("%s/%s: add track %s (cid %s)", self.room.name, self.identity, info.sid, req.cid)
         await self.send(
             rtc.SignalResponse(track_published=rtc.TrackPublishedResponse(cid=req.cid, track=info))
         )
@@ -390,6 +393,7 @@ class Participant:
         pending.fanout = media_relay.make_fanout(track, receiver, pending.info.sid, self.room.forwarding,
                                                  f"{self.room.name}/{self.identity}", red_of_mid.get(mid or ""))
         self.tracks[pending.info.sid] = pending
+        log.debug("%s/%s: track %s published (mid %s)", self.room.name, self.identity, pending.info.sid, mid)
         self.info.is_publisher = True
         self.bump_version()
         self.spawn(self.room.on_track_published(self, pending), "lk-track-published")
@@ -444,6 +448,7 @@ class Participant:
         # msid "<participant sid>|<track sid> <track sid>" is how the SDK maps media to tracks
         set_msid_stream(transceiver.sender, f"{pub.publisher.sid}|{pub.info.sid}")
         self.subscriptions[pub.info.sid] = Subscription(pub, relayed, transceiver)
+        log.debug("%s/%s: subscribed to %s of %s", self.room.name, self.identity, pub.info.sid, pub.publisher.identity)
         pub.publisher.spawn(
             pub.publisher.send(
                 rtc.SignalResponse(track_subscribed=rtc.TrackSubscribed(track_sid=pub.info.sid))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,37 @@ AGENT_NAME = "duplex-test"
 
 
 @pytest.fixture
-async def livekit_server():
+async def livekit_server(tmp_path):
     server = LoopbackLiveKitServer(api_key="devkey", api_secret="devsecret-for-the-loopback-tests")
-    await server.start()
-    yield server
-    # shown with a failure: where each caller's audio got to (the server's own packet record)
-    with contextlib.suppress(TimeoutError):  # its loop is stuck: the stop below says so
-        print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
-    await asyncio.wait_for(server.stop(), 20)
+    with _server_log(tmp_path / "livekit-server.log") as log_path:
+        await server.start()
+        yield server
+        # shown with a failure: where each caller's audio got to (the server's own packet record)
+        with contextlib.suppress(TimeoutError):  # its loop is stuck: the stop below says so
+            print("--- the loopback server's audio forwarding ---\n" + server.forwarding_summary())
+        await asyncio.wait_for(server.stop(), 20)
+    lines = [line for line in log_path.read_text(errors="replace").splitlines() if " -> ping" not in line]
+    print("--- the loopback server's log (last 60 lines, pings left out) ---\n" + "\n".join(lines[-60:]))
+
+
+@contextlib.contextmanager
+def _server_log(path: Path):
+    """The loopback server's own records (its signal requests, tracks published and subscribed) in
+    ``path``: a failure shows where a track's way to its subscriber stopped."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("devtools.livekit_server")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # its tail is printed once, below the test
+    try:
+        yield path
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        handler.close()
 
 
 class WorkerProcess(AgentProcess):

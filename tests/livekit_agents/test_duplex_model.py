@@ -47,6 +47,13 @@ def _assistant(worker, room: str) -> list[dict]:
     return [r for r in worker.records("item", room) if r["role"] == "assistant"]
 
 
+def _replied_after(worker, room: str, since: float) -> bool:
+    """Whether a turn the caller took after ``since`` (the app's clock) got a reply played out whole."""
+    items = worker.records("item", room)
+    turn = next((i for i, r in enumerate(items) if r["role"] == "user" and r["at"] > since), None)
+    return turn is not None and any(r["role"] == "assistant" and not r["interrupted"] for r in items[turn + 1:])
+
+
 def _bursts(worker, room: str, message: dict) -> list[dict]:
     """``message`` and the uninterrupted agent messages just before it, back to the caller's last
     turn: the bursts of one reply, in order, where its audio paused 0.8 s (a loaded machine: the
@@ -145,9 +152,11 @@ async def _converse(livekit_server, worker, room: str, caller: LiveKitCaller) ->
     assert set(kept[:2]) <= set(heard), (heard, kept)
 
     # The next replies' messages hold none of the long reply's unheard words.
+    thanked_at = time.time()
     caller.mic.say(speak("Thank you very much.", 48000, before_ms=300, after_ms=1200))
-    await until(lambda: any("thank" in words(r["text"]) for r in _assistant(worker, room)), 90,
-                   "the reply to the thanks")
+    # its words as the model heard them may not be these (Whisper on a loaded machine): the reply
+    # is the one played out after the turn the caller took from now on
+    await until(lambda: _replied_after(worker, room, thanked_at), 90, "the reply to the thanks")
     unheard = set(full[len(kept):]) - set(full[: len(kept)])
     messages = _assistant(worker, room)
     after_cut = messages[[r["interrupted"] for r in messages].index(True) + 1:]
