@@ -62,6 +62,7 @@ CONSENT_EXPIRED = "consent_expired"
 CONSENT_REVOKED = "consent_revoked"
 _FORBIDDEN = 403
 
+
 class ConsentLost(ConnectionError):
     """The peer's consent to receive ended: ``code`` is ``consent_expired`` or ``consent_revoked``."""
 
