@@ -40,6 +40,15 @@ from duplex_agent.plugins.speech_data_plane import SpeechDataPlane
 from duplex_agent.plugins.unit_packetizer import UnitPacketizer
 
 RATE = 16000
+#: The newest entries the script's logs keep: a worker serving the scripted model for hours (a
+#: benchmark's soak) must not keep every unit and reply it ever saw.
+LOG_KEPT = 10_000
+
+
+def _logged(log: list, entry: object) -> None:
+    log.append(entry)
+    if len(log) > 2 * LOG_KEPT:
+        del log[:-LOG_KEPT]
 
 
 @dataclass(slots=True)
@@ -98,8 +107,8 @@ class ListenerStage(PythonStage):
             assert isinstance(payload, dict)
             audio = np.frombuffer(payload["audio"], dtype="<f4")
             units += int(payload["units"])
-            self.script.unit_log.append(
-                (asyncio.get_running_loop().time(), int(payload["units"]), payload.get("duplex_silence_deadline")))
+            _logged(self.script.unit_log,
+                    (asyncio.get_running_loop().time(), int(payload["units"]), payload.get("duplex_silence_deadline")))
             is_loud = float(np.abs(audio).max(initial=0.0)) > 0.05 and not payload.get("force_listen")
             loud += is_loud
             if self.script.input_mode != "continuous":
@@ -201,13 +210,13 @@ class ScriptedPlugin(DuplexModelPlugin):
         return None
 
     def commit_model_context(self, *, session_id: str | None, assistant_text: str) -> None:
-        self.script.context.append(assistant_text)
+        _logged(self.script.context, assistant_text)
 
     def commit_model_function_item(self, *, session_id: str | None, item: Mapping[str, object]) -> None:
         if item.get("type") == "function_call":
-            self.script.context.append(f"function_call {item.get('name')} {item.get('arguments')}")
+            _logged(self.script.context, f"function_call {item.get('name')} {item.get('arguments')}")
         else:
-            self.script.context.append(f"function_call_output {item.get('output')}")
+            _logged(self.script.context, f"function_call_output {item.get('output')}")
 
     def runtime_config_for_function_output(self, config: DuplexSessionConfig, current: Mapping[str, object],
                                            item: Mapping[str, object]) -> dict[str, object] | None:
@@ -222,7 +231,7 @@ class ScriptedPlugin(DuplexModelPlugin):
                                    sampling_params: tuple[object, ...]) -> DuplexAppendPlan | None:
         if self.script.input_mode != "turn":
             return None
-        self.script.continuation_options.append(dict(response_options))
+        _logged(self.script.continuation_options, dict(response_options))
         kept = runtime_config.get("function_outputs")
         payload = {"continuation": True, "outputs": list(kept) if isinstance(kept, list) else []}
         return DuplexAppendPlan(request_id, 1, fence, payload, True, resumable=False)

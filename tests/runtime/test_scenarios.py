@@ -267,3 +267,14 @@ async def test_idle_session_expires(open_driver):
 
 def test_tone_helper_is_loud():
     assert float(np.abs(tone(20)).max()) > 0.05
+
+
+def test_the_scripts_logs_keep_only_their_newest_entries(monkeypatch):
+    """A worker serving the scripted model for hours keeps a bounded log of what it saw."""
+    from duplex_agent.plugins import scripted
+
+    monkeypatch.setattr(scripted, "LOG_KEPT", 3)
+    log: list[int] = []
+    for entry in range(20):
+        scripted._logged(log, entry)
+    assert 3 <= len(log) <= 6 and log == list(range(20))[-len(log):]
