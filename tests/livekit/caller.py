@@ -36,7 +36,8 @@ class Transcript:
 
 @dataclass
 class Reply:
-    #: The agent's final transcript of it (``lk.transcription`` in this caller's room).
+    #: The agent's final transcripts of it (``lk.transcription`` in this caller's room), joined: a
+    #: reply that livekit-agents' duplex adapter split into bursts (a loop stalled 0.8 s) comes as several.
     transcript: str
     #: What this caller heard, as Whisper transcribes it.
     heard: str
@@ -173,7 +174,8 @@ class LiveKitCaller:
                            "the reply's last frames")
             if self.listening_after_speaking(start) == stopped:
                 audio = np.concatenate(self.received[start:])
-                return Reply(self.agent_replies()[replies].text, transcribe(audio, 48000), self.loud_frames(start))
+                transcript = " ".join(t.text.strip() for t in self.agent_replies()[replies:])
+                return Reply(transcript, transcribe(audio, 48000), self.loud_frames(start))
 
     def loud_frames(self, since: int = 0, threshold: float = 0.02) -> int:
         return sum(_loud(f, threshold) for f in self.received[since:])
