@@ -191,6 +191,9 @@ async def _run_session(ctx: agents.JobContext, *, attach: bool) -> None:
     session.on("user_state_changed", lambda ev: _record(room, "user_state", state=ev.new_state))
     session.on("agent_state_changed", lambda ev: _record(room, "agent_state", state=ev.new_state))
     session.on("speech_created", lambda ev: _record_speech(room, ev))
+    # the agent's own voice: AgentSession plays nothing until its track has a subscriber
+    ctx.room.on("local_track_published", lambda pub, track: _record(room, "voice_published", sid=pub.sid))
+    ctx.room.on("local_track_subscribed", lambda track: _record(room, "voice_subscribed", sid=track.sid))
     closed = asyncio.Event()
     session.on("close", lambda ev: closed.set())
     if stall_s := float(os.environ.get("DUPLEX_TEST_STALL_S", "0")):
