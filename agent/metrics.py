@@ -47,6 +47,11 @@ _LATENCY_BUCKETS_MS = (10, 20, 40, 60, 80, 100, 150, 200, 300, 400, 600, 800, 10
 REGISTRY = CollectorRegistry()
 ACTIVE_SESSIONS = Gauge("duplex_sessions_active", "Conversations open now", ["transport"], registry=REGISTRY)
 SESSIONS_TOTAL = Counter("duplex_sessions", "Conversations opened", ["transport"], registry=REGISTRY)
+SESSIONS_REFUSED = Counter("duplex_sessions_refused", "New conversations refused, by code: resource_exhausted "
+                           "(every slot taken), overloaded (the machine past --max-cpu), shutting_down",
+                           ["transport", "code"], registry=REGISTRY)
+MACHINE_CPU_BUSY = Gauge("duplex_machine_cpu_busy", "The machine's CPUs' busy share over the last few seconds, "
+                         "as --max-cpu reads it (only with --max-cpu)", registry=REGISTRY)
 TURN_LATENCY_MS = Histogram(
     "duplex_turn_latency_ms", FIGURE_DEFINITIONS["turn_ms"] + " In ms.", buckets=_LATENCY_BUCKETS_MS,
     registry=REGISTRY,

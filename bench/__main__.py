@@ -60,6 +60,7 @@ SUITE = (
     Bench("answering_machine", "answering-machine detection on outbound calls: right, and how soon"),
     Bench("dial_answer", "outbound calls with a greeting: the far end's answer to the agent's first sound"),
     Bench("asr_accuracy", "words the recogniser mishears, and the time it takes a turn, per Whisper model"),
+    Bench("overload", "the calls a saturated worker already has while a crowd arrives, with --max-cpu and without"),
     Bench("soak", "an hour of direct, LiveKit and LiveKit Agents calls: growth, calls lost, late vs early p95"),
     Bench("moshi_batch", "Moshi conversations one device steps in real time (CPU: the tiny config)", needs="moshi"),
 )

@@ -68,14 +68,17 @@ def page_urls(settings: Settings) -> list[str]:
 
 async def serve(settings: Settings) -> None:
     from duplex_agent.agent.app.server import build_app, start_http, tls_context
+    from duplex_agent.agent.session.cpu_guard import CpuGuard
 
     warn_if_open(settings)
     ssl_context = tls_context(settings)  # before the models load: a bad certificate fails at once
+    cpu_guard = CpuGuard(settings.max_cpu)  # a bad --max-cpu too
     signals = ShutdownSignals()
     signals.install()
     backend, tools = await start_serving_backend(settings)
-    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools), settings.host,
-                              settings.port, ssl_context=ssl_context)
+    cpu_guard.start()
+    runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools,
+                                        cpu_guard=cpu_guard), settings.host, settings.port, ssl_context=ssl_context)
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "
@@ -89,6 +92,7 @@ async def serve(settings: Settings) -> None:
         if left:
             log.warning("drain timeout: closing %d live session(s)", left)
     finally:
+        cpu_guard.stop()
         await backend.close()  # live sessions end with session.closed (shutdown)
         await runner.cleanup()
 

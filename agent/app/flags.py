@@ -89,6 +89,9 @@ SETTING_FLAGS: dict[str, SettingFlag] = {
                                                  "package.module.Class; `--plugin NAME --help` lists its options"),
     "max_sessions": SettingFlag(MODEL, MODEL_COMMANDS, "conversations at once; one more is refused "
                                                        "(resource_exhausted)"),
+    "max_cpu": SettingFlag(MODEL, MODEL_COMMANDS, "refuse new calls (503 overloaded; a LiveKit worker reports "
+                                                  "itself full) while the machine's CPUs are busier than this "
+                                                  "share over 5 s, e.g. 0.9 (0: never)"),
     "backend": SettingFlag(MODEL, MODEL_COMMANDS, "ws://HOST:PORT/v1/realtime?duplex=1 of a vLLM-Omni duplex "
                                                   "server, instead of the in-process --plugin; repeat it (or "
                                                   "@FILE, one URL a line, re-read on SIGHUP) for several: each "

@@ -35,6 +35,7 @@ from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.app.shutdown import ShutdownSignals
 from duplex_agent.agent.models.model_errors import MissingModelError, ModelStartError
 from duplex_agent.agent.process_figures import watch_loop
+from duplex_agent.agent.session.cpu_guard import CpuGuard
 from duplex_agent.agent.session.ports import DuplexBackend
 from duplex_agent.agent.telephony.dial_request import DialRequestError, dial_request_of
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
@@ -112,8 +113,9 @@ class LiveCalls:
             await run_in_owner_loops(live, timeout_s=_CLOSE_CALLS_TIMEOUT_S)
 
 
-def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> float:
-    """The share of session slots in use: the local ones, or the remote backend's when it has fewer free.
+def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int, cpu_guard: CpuGuard | None = None) -> float:
+    """The share of session slots in use: the local ones, or the remote backend's when it has fewer free;
+    or, where it is higher, the machine's CPU against ``--max-cpu`` (1.0: full, LiveKit sends no job).
 
     A pool of backends (``--backend`` several times) reports the free sessions of all of them together.
     """
@@ -122,11 +124,12 @@ def worker_load(backend: DuplexBackend, calls: LiveCalls, capacity: int) -> floa
     server_free = backend.server_free_sessions
     if server_free is not None:
         free = min(free, server_free)
-    return min(1.0, max(0.0, 1.0 - free / capacity))
+    slots = 1.0 - free / capacity
+    return min(1.0, max(0.0, slots, cpu_guard.load() if cpu_guard is not None else 0.0))
 
 
 def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCalls, *,
-                       dev: bool, tools: ToolBox | None = None) -> agents.AgentServer:
+                       dev: bool, tools: ToolBox | None = None, cpu_guard: CpuGuard | None = None) -> agents.AgentServer:
     os.environ.setdefault(LOOP_BLOCK_WARN_ENV, LOOP_BLOCK_WARN_MS)  # read as each job runner starts
     capacity = settings.max_sessions
     server = agents.AgentServer(
@@ -134,8 +137,8 @@ def build_agent_server(settings: Settings, backend: DuplexBackend, calls: LiveCa
         api_key=settings.livekit_api_key,
         api_secret=settings.livekit_api_secret,
         job_executor_type=agents.JobExecutorType.THREAD,
-        load_fnc=lambda: worker_load(backend, calls, capacity),
-        load_threshold=1.0,  # full exactly when every session slot is taken
+        load_fnc=lambda: worker_load(backend, calls, capacity, cpu_guard),
+        load_threshold=1.0,  # full exactly when every session slot is taken (or the CPU is at --max-cpu)
         # livekit-agents charges a job accepted but not yet running load_threshold / idle
         # runners: with one runner per slot that is one session, so calls arriving
         # together are all taken while slots remain.
@@ -218,7 +221,7 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
         os._exit(1)
 
 
-async def _serve(settings: Settings, *, dev: bool) -> None:
+async def _serve(settings: Settings, cpu_guard: CpuGuard, *, dev: bool) -> None:
     from duplex_agent.agent.app.server import build_app, build_metrics_app, start_http
     from duplex_agent.agent.app.tools_setup import start_serving_backend
 
@@ -226,14 +229,15 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
     signals.install()
     _start_livekit_ffi()
     backend, tools = await start_serving_backend(settings)
+    cpu_guard.start()
     calls = LiveCalls()
-    server = build_agent_server(settings, backend, calls, dev=dev, tools=tools)
+    server = build_agent_server(settings, backend, calls, dev=dev, tools=tools, cpu_guard=cpu_guard)
     page = None
     if not dev and settings.metrics_port:  # /metrics and /healthz alone, for a worker that serves no page
         page = await start_http(build_metrics_app(backend), settings.metrics_host, settings.metrics_port)
     if dev:  # the page too, minting room tokens with this worker's credentials
-        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True, tools=tools), settings.host,
-                                settings.port)
+        page = await start_http(build_app(backend, settings, mint_livekit_tokens=True, tools=tools,
+                                          cpu_guard=cpu_guard), settings.host, settings.port)
         scheme = "https" if settings.tls_enabled else "http"
         print(f"duplex-agent: the page is on {scheme}://{settings.host}:{settings.port}/ "
               "(LiveKit mode mints dev tokens)", flush=True)
@@ -248,6 +252,7 @@ async def _serve(settings: Settings, *, dev: bool) -> None:
         await running  # returns once aclose() has run; raises when the SDK gave up
     finally:
         stop.cancel()
+        cpu_guard.stop()
         await server.aclose()  # a no-op after a drain
         await backend.close()
         if page is not None:
@@ -259,11 +264,12 @@ def run_worker(settings: Settings, *, dev: bool) -> int:
     """Register and serve until a signal drains it; a clear message and exit 2 on bad configuration."""
     try:
         check_credentials(settings)
-    except CredentialsError as exc:
+        cpu_guard = CpuGuard(settings.max_cpu)
+    except ValueError as exc:  # CredentialsError among them
         print(f"duplex-agent: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(settings, dev=dev))
+        asyncio.run(_serve(settings, cpu_guard, dev=dev))
     except (MissingModelError, ModelStartError):
         raise  # the model or backend cannot start as configured: the CLI's one line and exit 2, as for serve
     except Exception as exc:  # the SDK gave up after its retries

@@ -32,6 +32,7 @@ from duplex_agent.agent.app.session_store import JournalGap, LiveSession, Sessio
 from duplex_agent.agent.protocol import codec
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.omni_wire import ServerWireEncoder
+from duplex_agent.agent.session.cpu_guard import CpuGuard
 from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
 
 log = logging.getLogger("duplex_agent.realtime")
@@ -51,11 +52,13 @@ _TRANSPORT_EVENTS = ("session.heartbeat", "session.event_ack", "session.close", 
 class RealtimeEndpoint:
     def __init__(self, backend: DuplexBackend, *, config_timeout_s: float = 10.0, resume_grace_s: float = 30.0,
                  journal_bytes: int = 8 << 20, max_event_bytes: int = MAX_EVENT_BYTES,
-                 socket_backlog_bytes: int = 8 << 20) -> None:
+                 socket_backlog_bytes: int = 8 << 20, cpu_guard: CpuGuard | None = None) -> None:
         """``resume_grace_s``: how long a session outlives its socket (0: not resumable).
         ``socket_backlog_bytes``: what may wait for a socket that takes its events too slowly before it
-        counts as dropped (about two minutes of 24 kHz audio)."""
+        counts as dropped (about two minutes of 24 kHz audio). ``cpu_guard``: refuses new sessions
+        while the machine is saturated."""
         self.backend = backend
+        self.cpu_guard = cpu_guard
         self.config_timeout_s = config_timeout_s
         self.resume_grace_s = resume_grace_s
         self.journal_bytes = journal_bytes
@@ -125,9 +128,12 @@ class RealtimeEndpoint:
             await _send_direct(ws, p.ErrorEvent.from_exception(exc))
             return None
         try:
+            if self.cpu_guard is not None:
+                self.cpu_guard.check()
             conversation = await self.backend.open()
         except AdmissionError as exc:
             log.info("a new session was refused: %s (%s)", exc.code, exc)
+            metrics.SESSIONS_REFUSED.labels("websocket", exc.code).inc()
             await _send_direct(ws, p.ErrorEvent.of(exc.code, str(exc), event_id=update.event_id,
                                                    error_type="rate_limit_error"))
             return None

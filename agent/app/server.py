@@ -24,6 +24,7 @@ from duplex_agent.agent.app.access.guard import install_access_control
 from duplex_agent.agent.app.realtime_ws import RealtimeEndpoint
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.process_figures import watch_loop
+from duplex_agent.agent.session.cpu_guard import CpuGuard
 from duplex_agent.agent.session.ports import DuplexBackend
 
 if TYPE_CHECKING:
@@ -42,16 +43,19 @@ def build_app(
     config_timeout_s: float = 10.0,
     mint_livekit_tokens: bool = False,
     tools: ToolBox | None = None,
+    cpu_guard: CpuGuard | None = None,
 ) -> web.Application:
     """The worker's routes. ``mint_livekit_tokens`` (dev mode only) lets the page ask for
     room tokens signed with the worker's LiveKit credentials. ``tools`` serve the direct WebRTC
-    callers (a realtime websocket client runs its own)."""
+    callers (a realtime websocket client runs its own). ``cpu_guard`` refuses new direct calls
+    and websocket sessions while the machine is saturated."""
     app = web.Application(client_max_size=64 * 1024)
     app[BACKEND_KEY] = backend
     app[SETTINGS_KEY] = settings
 
     add_health_routes(app, backend)
-    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s).register(app)
+    RealtimeEndpoint(backend, config_timeout_s=config_timeout_s, resume_grace_s=settings.resume_grace_s,
+                     cpu_guard=cpu_guard).register(app)
     peer_sessions = None
     if with_webrtc:
         from duplex_agent.frontend import register_frontend_routes
@@ -62,7 +66,7 @@ def build_app(
         registry = register_webrtc_routes(app, backend, host_address=settings.ice_address or interface_ipv4(),
                                           resume_grace_s=settings.resume_grace_s, opus_bitrate=settings.opus_bitrate,
                                           media_timeout_s=settings.media_timeout, tools=tools,
-                                          echo_cancel=settings.echo_cancel)
+                                          echo_cancel=settings.echo_cancel, cpu_guard=cpu_guard)
         peer_sessions = lambda: registry.sessions  # noqa: E731
         register_frontend_routes(app)
         minting = mint_livekit_tokens and settings.livekit_api_key and settings.livekit_api_secret

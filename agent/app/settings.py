@@ -71,6 +71,9 @@ class Settings:
     backend_tools: str = ""
     backend_replies_to_tool_output: str = ""
     max_sessions: int = 4
+    #: Refuse new calls while the machine's CPUs are busier than this share over the last few
+    #: seconds (0: never; 0.9 leaves a saturated machine to the calls it has).
+    max_cpu: float = 0.0
     #: A module (package.module) of livekit-agents function tools the model may call; WebRTC and
     #: LiveKit callers' calls run them at the edge. Empty: no tools.
     tools: str = ""

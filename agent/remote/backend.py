@@ -27,7 +27,7 @@ from yarl import URL
 
 from duplex_agent.agent.remote.capacity import ServerCapacity
 from duplex_agent.agent.remote.conversation import RemoteConversation, RemoteOptions
-from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
+from duplex_agent.agent.session.ports import BUSY_CODES, AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexCapabilities
 from duplex_agent.plugins.contract.loops import run_in_owner_loops
 
@@ -139,7 +139,7 @@ class RemoteBackend(DuplexBackend):
                 options=self.options, on_close=functools.partial(self._closed, http),
             )
         except AdmissionError as exc:
-            if exc.code == "resource_exhausted":
+            if exc.code in BUSY_CODES:
                 self.capacity.refused()
             raise
         finally:

@@ -34,7 +34,7 @@ from duplex_agent.agent import metrics
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteConversation
 from duplex_agent.agent.remote.failover import FailoverConversation
-from duplex_agent.agent.session.ports import AdmissionError, DuplexBackend
+from duplex_agent.agent.session.ports import BUSY_CODES, AdmissionError, DuplexBackend
 from duplex_agent.plugins.contract import DuplexCapabilities
 
 log = logging.getLogger("duplex_agent.remote")
@@ -285,7 +285,7 @@ class BackendPool(DuplexBackend):
                 if exc.code == "shutting_down":
                     raise
                 local_full = member.backend.active_sessions >= member.backend.max_sessions
-                refused = refused or exc.code == "resource_exhausted"
+                refused = refused or exc.code in BUSY_CODES
                 if not local_full:
                     self._failed(member, exc.code)
                 log.info("backend %s: %s", member.url, exc)
@@ -306,7 +306,7 @@ class BackendPool(DuplexBackend):
         self._failed(member, f"backend_lost_{reason}" if reason else "backend_lost")
 
     def _failed(self, member: Member, code: str) -> None:
-        if code == "resource_exhausted":
+        if code in BUSY_CODES:
             metrics.BACKEND_REFUSALS.labels(member.url).inc()
         else:
             metrics.BACKEND_FAILURES.labels(member.url, code).inc()

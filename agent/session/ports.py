@@ -17,13 +17,18 @@ from duplex_agent.agent.models.vad import SharedScores
 from duplex_agent.agent.protocol.events import ClientEvent, ServerEvent
 from duplex_agent.plugins.contract import DuplexCapabilities
 
+#: Refusals that mean "busy now, ask again later": every slot taken, or the machine saturated.
+BUSY_CODES = frozenset({"resource_exhausted", "overloaded"})
+
 
 class AdmissionError(RuntimeError):
     """The backend cannot take another conversation now (``code`` says why)."""
 
-    def __init__(self, message: str, *, code: str = "resource_exhausted") -> None:
+    def __init__(self, message: str, *, code: str = "resource_exhausted", retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+        #: How long the client should wait before it asks again, where the refusal knows.
+        self.retry_after_s = retry_after_s
 
 
 class Conversation(Protocol):

@@ -22,11 +22,13 @@ from duplex_agent.agent.protocol.audio import as_float32_audio
 from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.conversation import RemoteOptions
 from duplex_agent.agent.remote.pool import BackendList, BackendPool
+from duplex_agent.agent.session.cpu_guard import CpuGuard
 from duplex_agent.agent.session.local_backend import LocalBackend
 from duplex_agent.agent.session.ports import AdmissionError
 from duplex_agent.plugins.scripted import Script, ScriptedPlugin
 from tests.remote.conversation_events import events_until
 from tests.support.audio import tone
+from tests.support.cpu import ScriptedCpu
 from tests.support.waits import until
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
@@ -35,11 +37,11 @@ OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_giv
 class Served:
     """Our endpoint with the scripted model on a loopback port."""
 
-    def __init__(self, max_sessions: int, reply: str) -> None:
+    def __init__(self, max_sessions: int, reply: str, cpu_guard: CpuGuard | None = None) -> None:
         plugin = ScriptedPlugin(as_float32_audio, Script(reply=reply))
         self.backend = LocalBackend(plugin, plugin.build_local_engine(), max_sessions=max_sessions)
-        self.server = TestServer(build_app(self.backend, Settings(resume_grace_s=0), with_webrtc=False),
-                                 host="127.0.0.1")
+        self.server = TestServer(build_app(self.backend, Settings(resume_grace_s=0), with_webrtc=False,
+                                           cpu_guard=cpu_guard), host="127.0.0.1")
 
     @property
     def url(self) -> str:
@@ -58,8 +60,9 @@ class Served:
 async def served():
     made: list[Served] = []
 
-    async def make(max_sessions: int = 4, reply: str = "one two three four") -> Served:
-        made.append(await Served(max_sessions, reply).start())
+    async def make(max_sessions: int = 4, reply: str = "one two three four",
+                   cpu_guard: CpuGuard | None = None) -> Served:
+        made.append(await Served(max_sessions, reply, cpu_guard).start())
         return made[-1]
 
     yield make
@@ -174,6 +177,21 @@ async def test_a_refusing_backend_is_cooled_down_and_the_call_goes_to_another(se
         assert cooldowns()[:2] == [(1.0, 1), (2.0, 2)], cooldowns()
     finally:
         await refusing.close()
+
+
+async def test_a_host_whose_machine_is_saturated_is_passed_over_as_busy(served, pools):
+    cpu = ScriptedCpu()
+    guard = CpuGuard(0.9, cpu.meter())
+    cpu.run(guard.meter, 6.0, 1.0)
+    saturated = await served(cpu_guard=guard)
+    spare = await served()
+    pool = await pools(f"{saturated.url},{spare.url}", sizes={saturated.url: 8})  # the saturated host looks freer
+    member, other = (next(m for m in pool.members if m.spec == url) for url in (saturated.url, spare.url))
+    conversation = await pool.open()
+    assert conversation.backend_url == other.url
+    await conversation.close()
+    assert metrics.BACKEND_REFUSALS.labels(member.url)._value.get() >= 1  # counted busy, not broken
+    assert saturated.backend.active_sessions == 0
 
 
 async def test_a_call_moves_to_another_backend_when_its_own_is_lost_and_keeps_its_history(served, pools):

@@ -212,6 +212,30 @@ async def test_admission_refuses_past_max_sessions(open_driver, transport):
     assert seen[-1]["status"] == "completed"
 
 
+async def test_a_saturated_machine_refuses_a_new_websocket_session_and_serves_the_open_one(open_driver):
+    from duplex_agent.agent.session.cpu_guard import CpuGuard
+    from tests.runtime.drivers import WebSocketDriver
+    from tests.support.cpu import ScriptedCpu
+
+    cpu = ScriptedCpu()
+    guard = CpuGuard(0.9, cpu.meter())
+    driver, _, _ = await open_driver(Script(), transport="websocket", cpu_guard=guard)
+    cpu.run(guard.meter, 6.0, 0.3)
+    await driver.send(MANUAL)
+    await driver.until("session.created")
+    cpu.run(guard.meter, 6.0, 1.0)
+    second = await WebSocketDriver.open(str(driver.server.make_url("/v1/realtime?duplex=1")).replace("http", "ws", 1))
+    try:
+        await second.send(MANUAL)
+        error = await second.recv()
+        assert error["type"] == "error" and error["error"]["code"] == "overloaded", error
+        assert "busy" in error["error"]["message"]
+    finally:
+        await second.close()
+    seen = await _exchange_again(driver)  # the open session is served on
+    assert seen[-1]["status"] == "completed"
+
+
 @TRANSPORTS
 async def test_pending_turns_backpressure(open_driver, transport):
     script = Script(word_delay_s=0.05, hold_after_words=0)  # the first turn's reply waits: no race with it

@@ -3,9 +3,18 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from duplex_agent.agent.metrics import SESSIONS_REFUSED
+from duplex_agent.agent.session.cpu_guard import RETRY_AFTER_S, CpuGuard
 from duplex_agent.agent.session.ports import AdmissionError
-from duplex_agent.webrtc.direct.signaling import MAX_BODY_BYTES, WEBRTC_PEERS, register_webrtc_routes
+from duplex_agent.webrtc.direct.host_address import candidates_on
+from duplex_agent.webrtc.direct.signaling import (
+    FULL_RETRY_AFTER_S,
+    MAX_BODY_BYTES,
+    WEBRTC_PEERS,
+    register_webrtc_routes,
+)
 from tests.support.audio import tone
+from tests.support.cpu import ScriptedCpu
 from tests.support.waits import until
 
 from .client_peer import ClientPeer, frames_of
@@ -136,3 +145,55 @@ async def test_shutdown_closes_every_peer(host_address):
         await client.close()
     assert not app[WEBRTC_PEERS].sessions
     assert backend.conversations[0].closed_reason == "shutdown"
+
+
+async def test_a_full_worker_says_when_to_ask_again(server, host_address):
+    http, backend, _ = server
+    backend.max_sessions = 0
+    client = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
+    try:
+        with candidates_on(host_address):
+            await client.pc.setLocalDescription(await client.pc.createOffer())
+        response = await http.post("/api/offer", json={"sdp": client.pc.localDescription.sdp, "type": "offer"})
+        assert await error_of(response) == (503, "resource_exhausted")
+        assert response.headers["Retry-After"] == str(FULL_RETRY_AFTER_S)
+    finally:
+        await client.close()
+
+
+async def test_a_saturated_machine_refuses_new_calls_and_keeps_the_live_one(host_address):
+    cpu = ScriptedCpu()
+    guard = CpuGuard(0.9, cpu.meter())
+    backend = EchoBackend(max_sessions=4)
+    app = web.Application()
+    register_webrtc_routes(app, backend, host_address=host_address, vad_model=EnergyVadModel(), cpu_guard=guard)
+    live = ClientPeer(host_address, frames_of(tone(30000, rate=48000)))
+    late = ClientPeer(host_address, frames_of(tone(1000, rate=48000)))
+    async with TestClient(TestServer(app)) as http:
+        try:
+            cpu.run(guard.meter, 6.0, 0.4)
+            await live.connect(http)
+            await until(lambda: live.pc.connectionState == "connected", 10, "the first call to connect")
+
+            cpu.run(guard.meter, 6.0, 0.98)
+            with candidates_on(host_address):
+                await late.pc.setLocalDescription(await late.pc.createOffer())
+            offer = {"sdp": late.pc.localDescription.sdp, "type": "offer"}
+            refusals = SESSIONS_REFUSED.labels("webrtc", "overloaded")._value.get()
+            response = await http.post("/api/offer", json=offer)
+            assert await error_of(response) == (503, "overloaded")
+            assert SESSIONS_REFUSED.labels("webrtc", "overloaded")._value.get() == refusals + 1
+            assert response.headers["Retry-After"] == str(RETRY_AFTER_S)
+            assert len(backend.conversations) == 1  # the refused call opened nothing
+
+            heard = len(live.received)
+            await until(lambda: len(live.received) > heard + 25, 10, "the live call's echo going on")
+            assert live.pc.connectionState == "connected"
+            assert backend.conversations[0].closed_reason is None
+
+            cpu.run(guard.meter, 6.0, 0.5)
+            response = await http.post("/api/offer", json=offer)
+            assert response.status == 200, await response.text()  # the burst passed: admitted
+        finally:
+            await live.close()
+            await late.close()

@@ -5,7 +5,8 @@ answers ``{"sdp", "type": "answer", "pc_id", "resume_token"?}``; a known ``pc_id
 renegotiates that peer, ``resume: {"pc_id", "resume_token"}`` reattaches a
 dropped resumable peer's conversation (see ``resume``). PATCH takes ``{"pc_id", "candidates": [{"candidate", "sdp_mid",
 "sdp_mline_index"}]}`` for clients that trickle ICE; DELETE ``{"pc_id"}`` hangs up. Bad requests get a 4xx
-with ``{"error": {"code", "message"}}``; a full backend gets 503.
+with ``{"error": {"code", "message"}}``; a full worker, or one whose machine is saturated
+(``--max-cpu``), gets 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
-from duplex_agent.agent.metrics import SESSIONS_TOTAL
+from duplex_agent.agent.metrics import SESSIONS_REFUSED, SESSIONS_TOTAL
 from duplex_agent.agent.protocol.request_body import BodyTooLarge, read_whole_body
+from duplex_agent.agent.session.cpu_guard import CpuGuard
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
 from duplex_agent.webrtc.direct.answer_sdp import ask_for_opus_fec
 from duplex_agent.webrtc.direct.host_address import candidates_on
@@ -33,6 +35,8 @@ logger = logging.getLogger("duplex_agent.webrtc")
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_CANDIDATES = 64
+#: Retry-After for a full worker: a slot frees when a call ends, on the callers' clock.
+FULL_RETRY_AFTER_S = 10
 #: Ways a peer ends that end the conversation too; after any other, a resumable one is parked.
 _NOT_PARKED = ("conversation_closed", "shutdown", "bad_offer", "start_failed", "client_close", MEDIA_TIMEOUT,
                HUNG_UP)
@@ -43,21 +47,33 @@ RESUMED_ELSEWHERE = "resumed_on_new_connection"
 
 
 class SignalingError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.retry_after_s = retry_after_s
 
     def response(self) -> web.Response:
-        return web.json_response({"error": {"code": self.code, "message": str(self)}}, status=self.status)
+        headers = {"Retry-After": str(self.retry_after_s)} if self.retry_after_s is not None else None
+        return web.json_response({"error": {"code": self.code, "message": str(self)}}, status=self.status,
+                                 headers=headers)
+
+
+def refused(exc: AdmissionError) -> SignalingError:
+    """A new call the worker cannot take now: 503, with how long to wait where that is known."""
+    retry_after_s = exc.retry_after_s
+    if retry_after_s is None and exc.code == "resource_exhausted":
+        retry_after_s = FULL_RETRY_AFTER_S
+    return SignalingError(503, exc.code, str(exc), retry_after_s=retry_after_s)
 
 
 class PeerRegistry:
     """The live peer sessions of one app, and the tasks closing them."""
 
     def __init__(self, backend: DuplexBackend, host_address: str, audio_options: dict[str, Any],
-                 resume_grace_s: float = 30.0) -> None:
+                 resume_grace_s: float = 30.0, cpu_guard: CpuGuard | None = None) -> None:
         self.backend = backend
+        self.cpu_guard = cpu_guard
         self.host_address = host_address
         self.audio_options = audio_options
         self.sessions: dict[str, PeerSession] = {}
@@ -69,11 +85,14 @@ class PeerRegistry:
 
     async def open(self, conversation: Conversation | None = None) -> PeerSession:
         """A peer for a new conversation, or for ``conversation`` (a resumed one)."""
-        if conversation is None:
+        if conversation is None:  # a new call; a resumed one was admitted before
             try:
+                if self.cpu_guard is not None:
+                    self.cpu_guard.check()
                 conversation = await self.backend.open()
             except AdmissionError as exc:
-                raise SignalingError(503, exc.code, str(exc)) from None
+                SESSIONS_REFUSED.labels(TRANSPORT, exc.code).inc()
+                raise refused(exc) from None
         pc_id = uuid.uuid4().hex
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # host candidates only: no STUN traffic
         session = PeerSession(pc_id, pc, conversation, on_finished=self.finish, **self.audio_options)
@@ -295,7 +314,7 @@ async def delete_offer(request: web.Request) -> web.Response:
 
 def register_webrtc_routes(
     app: web.Application, backend: DuplexBackend, *, host_address: str, resume_grace_s: float = 30.0,
-    **audio_options: Any
+    cpu_guard: CpuGuard | None = None, **audio_options: Any
 ) -> PeerRegistry:
     """Add the signaling routes and a shutdown hook closing every peer.
 
@@ -307,7 +326,7 @@ def register_webrtc_routes(
     if audio_options.get("media_timeout_s", 0) < 0:
         raise ValueError(f"media_timeout must be 0 (off) or a positive number of seconds, "
                          f"not {audio_options['media_timeout_s']!r}")
-    registry = PeerRegistry(backend, host_address, audio_options, resume_grace_s)
+    registry = PeerRegistry(backend, host_address, audio_options, resume_grace_s, cpu_guard)
     app[WEBRTC_PEERS] = registry
     app.router.add_post("/api/offer", post_offer)
     app.router.add_patch("/api/offer", patch_offer)

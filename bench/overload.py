@@ -1,0 +1,229 @@
+"""Overload refused, not shared: the calls a saturated worker already has, beside the same calls alone.
+
+Two direct WebRTC workers (``duplex-agent serve``, the reference model by default), the same but for
+``--max-cpu``: one refuses new calls while the machine is busier than the limit, one takes every call
+up to ``--max-sessions``. Three rounds, each with ``--calls`` callers that keep asking and talking
+over the agent (``bench.livekit_callers``, one process):
+
+- ``alone``: those callers only, on the guarded worker: the floor;
+- ``crowd``: the same on the guarded worker, and once they are up a crowd of ``--crowd`` more
+  callers arriving one every ``--arrival-s`` (a process each, as separate clients), each trying once;
+- ``crowd, unguarded``: the same crowd against the worker without the limit.
+
+For the first callers of each round it prints barge-in as they heard it (their onset to the agent
+quiet, p95), the reply to a question (end of question to the first sound, p95) and the worker's
+underruns per call minute (each call's own figures, from its data channel); for the crowd, how many
+were refused; for each round, the machine's busy share. The callers share this machine, so their
+own CPU counts toward the share the guard reads, as a model server on the same host would.
+Figures go to bench/results/overload.json; the run never passes or fails on them.
+
+Run: python -m bench.overload [--calls 3] [--crowd 6] [--max-cpu 0.8] [--seconds 45] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.call_rig import REPO, Service, child_env, free_port, wait_for_metrics, write_speech
+from bench.report import Report
+from bench.stats import percentile
+from duplex_agent.agent.session.cpu_guard import read_cpu_times
+
+
+@dataclass
+class Round:
+    name: str
+    callers: list[dict[str, Any]] = field(default_factory=list)  # the first callers' summaries
+    crowd: list[dict[str, Any]] = field(default_factory=list)  # the crowd's
+    busy: float | None = None  # the machine's busy share over the round
+    seconds: float = 0.0
+
+    def heard_stop_p95(self) -> float | None:
+        values = [float(v) for c in self.callers for v in c.get("heard_stop_ms", [])]
+        return percentile(values, 95) if values else None
+
+    def reply_p95(self) -> float | None:
+        values = [float(v) for c in self.callers for v in c.get("reply_after_ms", [])]
+        return percentile(values, 95) if values else None
+
+    def underruns_per_minute(self) -> float | None:
+        counts = [c["worker_figures"].get("underruns") for c in self.callers if c.get("worker_figures")]
+        counts = [n for n in counts if n is not None]
+        if not counts or self.seconds <= 0:
+            return None
+        return sum(counts) / (len(counts) * self.seconds / 60.0)
+
+    def refused(self) -> int:
+        return sum(1 for c in self.crowd if "503" in str(c.get("error") or ""))
+
+    def admitted(self) -> int:
+        return sum(1 for c in self.crowd if not c.get("error"))
+
+    def dropped(self) -> int:
+        return sum(1 for c in self.callers if c.get("dropped") or c.get("error"))
+
+
+class Callers:
+    """One ``bench.livekit_callers`` process: start, wait until its callers hear the agent, stop, read figures."""
+
+    def __init__(self, url: str, sessions: int, speech: str, seconds: float) -> None:
+        self.command = [sys.executable, "-m", "bench.livekit_callers", "--transport", "direct", "--url", url,
+                        "--sessions", str(sessions), "--seconds", str(seconds), "--speech", speech]
+        self.events: list[dict[str, Any]] = []
+        self.ready = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> Callers:
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.command, cwd=REPO, env=child_env(), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        while line := await self._proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                message = json.loads(line)
+                self.events.append(message)
+                if message.get("event") in ("ready", "not_ready"):
+                    self.ready.set()
+
+    async def finish(self) -> list[dict[str, Any]]:
+        """Stop (stdin closes), and the callers' summaries."""
+        assert self._proc is not None and self._reader is not None
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            await asyncio.wait_for(self._proc.wait(), 60)
+        except TimeoutError:
+            self._proc.kill()
+            await self._proc.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._reader, 5)
+        done = next((e for e in self.events if e.get("event") == "done"), None)
+        return list((done or {}).get("callers", []))
+
+
+async def run_round(name: str, url: str, args: argparse.Namespace, speech: str, crowd: bool) -> Round:
+    result = Round(name)
+    first = await Callers(url, args.calls, speech, args.seconds + 120).start()
+    crowding: list[Callers] = []
+    try:
+        await asyncio.wait_for(first.ready.wait(), 120)
+        busy0, total0 = read_cpu_times()
+        started = time.perf_counter()
+        if crowd:
+            for _ in range(args.crowd):
+                crowding.append(await Callers(url, 1, speech, args.seconds + 120).start())
+                await asyncio.sleep(args.arrival_s)
+        await asyncio.sleep(max(0.0, args.seconds - (time.perf_counter() - started)))
+        busy1, total1 = read_cpu_times()
+        result.busy = (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
+        result.seconds = time.perf_counter() - started
+    finally:
+        result.callers = await first.finish()
+        for process in crowding:
+            result.crowd += await process.finish()
+    return result
+
+
+def start_worker(name: str, port: int, metrics_port: int, args: argparse.Namespace, max_cpu: float,
+                 log_dir: Path) -> Service:
+    worker = Service(name, [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--plugin", args.plugin,
+                            "--port", str(port), "--metrics-port", str(metrics_port),
+                            "--max-sessions", str(args.calls + args.crowd), "--max-cpu", str(max_cpu)],
+                     log_dir / f"{name}.log", env={"HF_HUB_OFFLINE": "1"})
+    worker.start()
+    return worker
+
+
+def report(rounds: dict[str, Round], args: argparse.Namespace) -> None:
+    alone, guarded, unguarded = rounds["alone"], rounds["crowd"], rounds["crowd, unguarded"]
+    for r in rounds.values():
+        busy = "n/a" if r.busy is None else f"{r.busy:.0%}"
+        print(f"{r.name:17} machine busy {busy:>4}; first {args.calls} callers: barge-in heard p95 "
+              f"{_ms(r.heard_stop_p95())}, reply p95 {_ms(r.reply_p95())}, underruns/call-min "
+              f"{_n(r.underruns_per_minute())}, dropped {r.dropped()}; crowd of {len(r.crowd)}: "
+              f"{r.admitted()} admitted, {r.refused()} refused", flush=True)
+    out = Report("overload", quick=args.quick)
+    calls = f"{args.calls} calls, --max-cpu {args.max_cpu:g}, a crowd of {args.crowd} arriving"
+    n = sum(len(c.get("heard_stop_ms", [])) for c in guarded.callers)
+    for round_, tag, who in ((guarded, "guarded", "with --max-cpu"), (unguarded, "unguarded", "without it")):
+        out.add(f"overload.{tag}.bargein_heard_p95",
+                f"barge-in as the admitted callers heard it, p95, while a crowd arrives at a saturated worker {who} "
+                f"({calls}); floor: the same calls alone", round_.heard_stop_p95(), floor=alone.heard_stop_p95(),
+                unit="ms", n=n, area="overload")
+        out.add(f"overload.{tag}.reply_p95",
+                f"end of the admitted callers' question to the reply's first sound, p95, while a crowd arrives {who} "
+                f"({calls}); floor: the same calls alone", round_.reply_p95(), floor=alone.reply_p95(), unit="ms",
+                n=sum(len(c.get("reply_after_ms", [])) for c in round_.callers), area="overload")
+        out.add(f"overload.{tag}.underruns_per_call_minute",
+                f"the admitted calls' playout underruns per call minute while a crowd arrives {who}; floor: alone",
+                round_.underruns_per_minute(), floor=alone.underruns_per_minute(), unit="count",
+                n=len(round_.callers), area="overload", compare="ratio")
+    out.add("overload.crowd_refused", f"of a crowd of {args.crowd} arriving at a worker whose machine is past "
+            f"--max-cpu {args.max_cpu:g}: refused (503 overloaded); floor: refused without the limit",
+            guarded.refused(), floor=unguarded.refused(), unit="calls", n=len(guarded.crowd), area="overload")
+    out.write()
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} ms"
+
+
+def _n(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp:
+        log_dir = Path(tmp)
+        speech = str(log_dir / "speech.npz")
+        write_speech(speech)
+        ports = [free_port() for _ in range(4)]
+        guarded = start_worker("guarded", ports[0], ports[1], args, args.max_cpu, log_dir)
+        unguarded = start_worker("unguarded", ports[2], ports[3], args, 0.0, log_dir)
+        try:
+            for worker, metrics_port in ((guarded, ports[1]), (unguarded, ports[3])):
+                wait_for_metrics(worker, metrics_port, 180)
+            rounds = {}
+            for name, port, crowd in (("alone", ports[0], False), ("crowd", ports[0], True),
+                                      ("crowd, unguarded", ports[2], True)):
+                print(f"-- {name}", flush=True)
+                rounds[name] = await run_round(name, f"http://127.0.0.1:{port}", args, speech, crowd)
+                await asyncio.sleep(args.settle_s)  # the last round's calls gone from the window
+            report(rounds, args)
+        finally:
+            guarded.stop()
+            unguarded.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plugin", default="reference", help="the workers' model")
+    parser.add_argument("--calls", type=int, default=3, help="callers up before the crowd comes")
+    parser.add_argument("--crowd", type=int, default=6, help="callers who arrive meanwhile")
+    parser.add_argument("--arrival-s", type=float, default=2.0, help="seconds between the crowd's callers")
+    parser.add_argument("--max-cpu", type=float, default=0.8, help="the guarded worker's limit")
+    parser.add_argument("--seconds", type=float, default=45.0, help="each round's length")
+    parser.add_argument("--settle-s", type=float, default=8.0, help="between rounds")
+    parser.add_argument("--quick", action="store_true", help="2 calls, a crowd of 3, 25 s rounds")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.crowd, args.seconds = 2, 3, 25.0
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
