@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,17 +144,21 @@ class LiveKitCaller:
             return states[-1][1]
         return None
 
-    async def say_and_hear(self, text: str, timeout: float = 60) -> str:
+    async def say_and_hear(self, text: str, timeout: float = 60, *, whole: Callable[[], bool] | None = None) -> str:
         """Say ``text`` and return what this caller heard of the reply, as Whisper transcribes it."""
-        return (await self.say_and_listen(text, timeout)).heard
+        return (await self.say_and_listen(text, timeout, whole=whole)).heard
 
-    async def say_and_listen(self, text: str, timeout: float = 60) -> Reply:
+    async def say_and_listen(self, text: str, timeout: float = 60, *,
+                             whole: Callable[[], bool] | None = None) -> Reply:
         """Say ``text``; the agent's reply as this caller got it: its transcript and its audio.
 
         Waits on the agent's own signals: its final transcript (all of the reply has reached the
         worker's playout), then ``lk.agent.state`` at listening after speaking (the playout ran
         dry), then the frames still on their way, until ``TAIL_FRAMES`` of quiet; a state change
-        meanwhile (one that was in flight on the signalling path) starts that wait again."""
+        meanwhile (one that was in flight on the signalling path) starts that wait again.
+        ``whole``: the agent's own record says the whole reply was said; a LiveKit Agents app says a
+        reply whose audio came with gaps (a starved or resuming backend) in pieces, each a reply of
+        its own to the room, so the first piece's end is not the reply's."""
         start, replies, fed = len(self.received), len(self.agent_replies()), self.frames_fed
         self.mic.say(speak(text, 48000, before_ms=300, after_ms=1200))
         try:
@@ -163,6 +168,8 @@ class LiveKitCaller:
             raise AssertionError(f"{exc}: {self.frames_fed - fed} microphone frames sent since, "
                                  f"{self.loud_frames(start)} loud frames heard, states {self.state_log[-6:]}") from None
         while True:
+            if whole is not None:
+                await until(whole, timeout, "the whole reply, by the agent's own record")
             try:
                 await until(lambda: self.listening_after_speaking(start) is not None, timeout,
                                "the agent to finish speaking")

@@ -88,6 +88,11 @@ def weather_cities(text: str) -> list[str]:
     return [place.strip(" ?.!").title() for place in places if place.strip(" ?.!")] or ["Paris"]
 
 
+def asks_about_a_place(text: str) -> bool:
+    """The weather, or a question that ends in a place, as a model with a weather tool would take it."""
+    return "weather" in text.lower() or re.search(r"\bin\s+[A-Z][a-z]+[\s?.!]*$", text.strip()) is not None
+
+
 #: What the stub says before each call-control call, as a model told to announce them would.
 TRANSFER_ANNOUNCEMENT = "I will transfer you to a person now, please hold."
 GOODBYE = "Thank you for calling. Have a nice day!"
@@ -118,8 +123,9 @@ def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+1
 
     - a ``tool`` message last: a text answer that carries the tool outputs ("The tool says: ...");
     - ``tool_choice`` naming a function, or ``required``: a call of that function (else the first tool);
-    - a question about the weather with a ``get_weather`` tool (and ``tool_choice`` not ``none``):
-      one ``get_weather`` call per place asked of, ``{"city": ...}``, arguments in pieces;
+    - a question about the weather, or about a place ("... in Paris?": a recogniser may mishear
+      "weather"), with a ``get_weather`` tool (and ``tool_choice`` not ``none``): one ``get_weather``
+      call per place asked of, ``{"city": ...}``, arguments in pieces;
     - asking for a person with a ``transfer_call`` tool: ``TRANSFER_ANNOUNCEMENT`` and, in the same
       reply, a ``transfer_call`` to ``transfer_to``;
     - "that's all" or a goodbye with an ``end_call`` tool: ``GOODBYE`` and an ``end_call`` call;
@@ -149,7 +155,7 @@ def tool_calling_reply(seen: list[dict] | None = None, *, transfer_to: str = "+1
         elif isinstance(choice, dict) or choice == "required":
             name = choice["function"]["name"] if isinstance(choice, dict) else next(iter(tools))
             calls = [(name, {"city": city} if name == "get_weather" else {}) for city in weather_cities(question)[:1]]
-        elif choice != "none" and "get_weather" in tools and "weather" in question.lower():
+        elif choice != "none" and "get_weather" in tools and asks_about_a_place(question):
             calls = [("get_weather", {"city": city}) for city in weather_cities(question)]
         elif choice != "none" and "transfer_call" in tools and asks_for_a_person(question):
             said, calls = TRANSFER_ANNOUNCEMENT, [("transfer_call", {"to": transfer_to})]
