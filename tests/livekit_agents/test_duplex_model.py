@@ -21,7 +21,7 @@ from duplex_agent.webrtc.media.phone_callers import phone_turn_detection
 from tests.livekit.caller import LiveKitCaller
 from tests.livekit_agents.conftest import AGENT_NAME
 from tests.support.chat_stub import start_server, tool_calling_reply
-from tests.support.heard import phone_heard, reply_heard
+from tests.support.heard import PHONE_HEARD_SHARE, phone_heard, reply_heard
 from tests.support.waits import until
 
 QUESTION = "Please book a table for two people tonight."
@@ -352,8 +352,13 @@ async def test_a_phone_and_a_room_caller_at_once_in_one_worker_each_hear_their_o
     heard_by_phone: list[str] = []
 
     def phone_heard_reply() -> bool:
+        """The phone heard what the agent said in its room (the model's reply to its own hearing of
+        the question), all of it said first."""
+        if not said_whole(worker, "room-phone")():
+            return False
+        said = " ".join(r["seen"] for r in _assistant(worker, "room-phone"))
         heard_by_phone[:] = [phone_heard(livekit_server.sip_call_to(PHONE))]
-        return reply_heard(heard_by_phone[0], "You said: " + questions[1])
+        return reply_heard(heard_by_phone[0], said, PHONE_HEARD_SHARE)
 
     try:
         await livekit_server.phone_say(call_id, speak(questions[1], 48000, before_ms=300, after_ms=1200))
