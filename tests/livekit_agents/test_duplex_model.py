@@ -564,8 +564,9 @@ async def test_a_reply_through_a_stalled_loop_keeps_every_word_in_history_in_ord
         expected = words("You said: " + QUESTION)
         await until(lambda: sum(len(words(r["text"])) for r in _assistant(worker, room)) >= len(expected),
                        60, "the reply's words in history")
+        # Split where the adapter split it: at the stall, and on a loaded machine maybe elsewhere, or
+        # (the stall's frames and the adapter's timer due together) not at all.
         messages = _assistant(worker, room)
-        assert len(messages) >= 2, messages  # the adapter did split it (a loaded machine may add a split)
         assert [w for r in messages for w in words(r["text"])] == expected, messages
         assert not any(r["interrupted"] for r in messages), messages
     finally:
