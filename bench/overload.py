@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import sys
 import tempfile
 import time
@@ -34,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.call_rig import REPO, Service, child_env, free_port, wait_for_metrics, write_speech
+from bench.call_rig import Service, free_port, wait_for_metrics, write_speech
+from bench.caller_process import CallerProcess
 from bench.report import Report
 from bench.stats import percentile
 from duplex_agent.agent.session.cpu_guard import read_cpu_times
@@ -73,69 +72,26 @@ class Round:
         return sum(1 for c in self.callers if c.get("dropped") or c.get("error"))
 
 
-class Callers:
-    """One ``bench.livekit_callers`` process: start, wait until its callers hear the agent, stop, read figures."""
-
-    def __init__(self, url: str, sessions: int, speech: str, seconds: float) -> None:
-        self.command = [sys.executable, "-m", "bench.livekit_callers", "--transport", "direct", "--url", url,
-                        "--sessions", str(sessions), "--seconds", str(seconds), "--speech", speech]
-        self.events: list[dict[str, Any]] = []
-        self.ready = asyncio.Event()
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> Callers:
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.command, cwd=REPO, env=child_env(), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        while line := await self._proc.stdout.readline():
-            with contextlib.suppress(ValueError):
-                message = json.loads(line)
-                self.events.append(message)
-                if message.get("event") in ("ready", "not_ready"):
-                    self.ready.set()
-
-    async def finish(self) -> list[dict[str, Any]]:
-        """Stop (stdin closes), and the callers' summaries."""
-        assert self._proc is not None and self._reader is not None
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        try:
-            await asyncio.wait_for(self._proc.wait(), 60)
-        except TimeoutError:
-            self._proc.kill()
-            await self._proc.wait()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._reader, 5)
-        done = next((e for e in self.events if e.get("event") == "done"), None)
-        return list((done or {}).get("callers", []))
-
-
 async def run_round(name: str, url: str, args: argparse.Namespace, speech: str, crowd: bool) -> Round:
     result = Round(name)
-    first = await Callers(url, args.calls, speech, args.seconds + 120).start()
-    crowding: list[Callers] = []
+    first = await CallerProcess(url, speech, args.seconds + 120, sessions=args.calls).start()
+    crowding: list[CallerProcess] = []
     try:
         await asyncio.wait_for(first.ready.wait(), 120)
         busy0, total0 = read_cpu_times()
         started = time.perf_counter()
         if crowd:
             for _ in range(args.crowd):
-                crowding.append(await Callers(url, 1, speech, args.seconds + 120).start())
+                crowding.append(await CallerProcess(url, speech, args.seconds + 120).start())
                 await asyncio.sleep(args.arrival_s)
         await asyncio.sleep(max(0.0, args.seconds - (time.perf_counter() - started)))
         busy1, total1 = read_cpu_times()
         result.busy = (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
         result.seconds = time.perf_counter() - started
     finally:
-        result.callers = await first.finish()
+        result.callers = await first.hang_up()
         for process in crowding:
-            result.crowd += await process.finish()
+            result.crowd += await process.hang_up()
     return result
 
 
@@ -151,13 +107,13 @@ def machine_busy(metrics_port: int) -> float | None:
 async def calm(metrics_port: int, limit: float, timeout_s: float = 120.0) -> None:
     """Until the guarded worker reads the machine under its limit: a round's first callers must be
     admitted (the workers' start-up, or the last round's calls, can hold the machine above it)."""
-    deadline = time.monotonic() + timeout_s
+    deadline, busy = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
-        busy = machine_busy(metrics_port)
+        busy = await asyncio.to_thread(machine_busy, metrics_port)  # not on the loop reading the callers
         if busy is not None and busy < 0.8 * limit:
             return
         await asyncio.sleep(1.0)
-    print(f"   the machine stayed busy (the guarded worker reads {machine_busy(metrics_port)})", flush=True)
+    print(f"   the machine stayed busy (the guarded worker reads {busy})", flush=True)
 
 
 def start_worker(name: str, port: int, metrics_port: int, args: argparse.Namespace, max_cpu: float,

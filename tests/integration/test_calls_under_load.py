@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from bench.call_rig import write_speech
+from bench.caller_process import CallerProcess
 from tests.integration.long_reply import REPLY_MS
-from tests.serve_process import REPO, ServeProcess, environment
+from tests.serve_process import ServeProcess, environment
 from tests.support.waits import until
 
 CALLS = 4
@@ -47,60 +46,13 @@ def counted(metrics: str, name: str) -> float:
     return float(match[1]) if match else 0.0
 
 
-class Caller:
-    """One ``bench.livekit_callers`` process with one direct call; its JSON lines as they come."""
-
-    def __init__(self, url: str, speech: Path, log: Path) -> None:
-        self.url, self.speech, self.log_path = url, speech, log
-        self.lines: list[dict] = []
-        self.process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        with self.log_path.open("w") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.livekit_callers", "--transport", "direct", "--url", self.url,
-                "--sessions", "1", "--seconds", str(SOAK_S + 600), "--speech", str(self.speech),
-                "--reply-ms", str(REPLY_MS), cwd=REPO, env=environment(), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=log)
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        while line := await self.process.stdout.readline():
-            if line.startswith(b"{"):
-                self.lines.append(json.loads(line))
-
-    def event(self, kind: str) -> dict | None:
-        return next((line for line in self.lines if line.get("event") == kind), None)
-
-    def progress(self) -> dict | None:
-        """Its latest report after an interruption (``attempts`` so far)."""
-        return next((line for line in reversed(self.lines) if line.get("event") == "progress"), None)
-
-    async def hang_up(self) -> dict | None:
-        """Close its stdin (the caller hangs up and reports); its summary of the call."""
-        if self.process is None:
-            return None
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            await asyncio.wait_for(self.process.wait(), 120)
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()
-        if self._reader is not None:
-            await self._reader
-        done = self.event("done")
-        return done["callers"][0] if done else None
-
-
 async def test_four_direct_calls_beside_three_cpu_hogs_for_a_minute(tmp_path):
     speech = tmp_path / "speech.npz"
     await asyncio.to_thread(write_speech, str(speech))  # Piper's work done before the hogs start
     worker = ServeProcess(tmp_path / "worker.log", "--plugin", "tests.integration.long_reply.LongReplyPlugin",
                           "--max-sessions", str(2 * CALLS))
-    callers = [Caller(worker.http, speech, tmp_path / f"caller-{i}.log") for i in range(CALLS)]
+    callers = [CallerProcess(worker.http, speech, SOAK_S + 600, extra=("--reply-ms", str(REPLY_MS)),
+                             env=environment(), stderr=tmp_path / f"caller-{i}.log") for i in range(CALLS)]
     hogs: list[subprocess.Popen] = []
     summaries: list[dict | None] = []
     health: dict | None = None
@@ -130,7 +82,7 @@ async def test_four_direct_calls_beside_three_cpu_hogs_for_a_minute(tmp_path):
         for hog in hogs:
             hog.kill()
             hog.wait()
-        summaries = list(await asyncio.gather(*(caller.hang_up() for caller in callers)))
+        summaries = [(called or [None])[0] for called in await asyncio.gather(*(c.hang_up() for c in callers))]
         await worker.stop()
     for caller in summaries:
         assert caller is not None, worker.report()
