@@ -210,6 +210,10 @@ async def _session(server: ServerCore, request: web.Request, grant: auth.JoinGra
         ping_timeout=PING_TIMEOUT,
         ping_interval=PING_INTERVAL,
         server_info=server_info(server.node_id),
+        # As LiveKit (no ICE fallback here): a publisher's SDK then queues a negotiation asked for
+        # while an offer is under way; without it, it debounces and drops that request, and a track
+        # published as the server asks for a receiving section is never offered.
+        fast_publish=grant.can_publish,
     )
     await p.send(rtc.SignalResponse(join=response))
     await room.announce(p)

@@ -516,12 +516,6 @@ async def _talk_over_moshi(caller: LiveKitCaller, worker, room: str, interruptio
     return reply, quiet_at
 
 
-# A known fault, kept running so that a fix shows as XPASS: in two of three fresh-clone runs the
-# app's caller heard no reply at all, or its second reply was never cut (docs/performance.md,
-# "A LiveKit Agents app's caller now and then never hears the agent").
-@pytest.mark.xfail(reason="LiveKit Agents app: now and then the agent's track is never offered (livekit's "
-                          "rust SDK drops a negotiation asked for during one), and its replies never play",
-                   strict=False)
 @pytest.mark.slow
 async def test_in_process_tiny_moshi_is_cut_by_barge_in_and_its_history_is_what_was_heard(livekit_server,
                                                                                             start_app):
