@@ -19,8 +19,10 @@ network, no caller jitter buffer) and do not depend on the machine's load. Per c
 many trials paused, resumed, cancelled; the pause as the caller heard it (the playout's own
 count, fade-out to fade-in) and from the clip's onset frame to the frame the reply came back
 in; what a resumed reply skipped (its ack against its length). Then held speech (a sentence and
-the other benches' four interruptions): onset frame to the first quiet frame. Then continuous
-noise (bad input): bursts all through a reply.
+the other benches' four interruptions, and interruptions no test uses in espeak-ng's voices): onset
+frame to the first quiet frame, and to the frame the agent went quiet for good (a pause the sound
+let go of lets the agent out between the word's sounds, and the caller hears it stop only at the
+next pause). Then continuous noise (bad input): bursts all through a reply.
 
 ``--opus`` sends the caller's track through libopus first (32 kbit/s, as a WebRTC caller's
 arrives): Opus lets a short sound ring on for ~100 ms, 40-60 dB down, and Silero scores that
@@ -45,7 +47,7 @@ from bench.livekit_callers import INTERRUPTIONS
 from bench.report import Report
 from bench.stats import percentile, spread
 from devtools.rtp_stream import through_opus
-from devtools.speech import speak, vocal_burst
+from devtools.speech import espeak, speak, vocal_burst
 from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.events import (
     ClientEvent,
@@ -71,6 +73,9 @@ CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_sampl
                           output_sample_rate=22050, max_sessions=1)
 #: The clip groups other than held speech: the pauses they make that resume are the false pauses.
 NOT_SPEECH = ("sounds", "backchannels", "background")
+#: Held speech in voices and words no test uses, for the barge-in's tail.
+OTHER_VOICES = ("en-us", "en-gb+f3", "en-us+m3")
+OTHER_WORDS = ("stop stop wait a moment", "excuse me", "actually no", "hang on a second")
 MODES = {"pause": {"pause_on_onset": True}, "VAD only": {"pause_on_onset": True, "pause_on_level": False},
          "pause@.5": {"pause_on_onset": True, "pause_on_level": False, "barge_in_pause_threshold": 0.5},
          "no pause": {"pause_on_onset": False},
@@ -143,7 +148,18 @@ def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:
         "backchannels": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("mm-hm", "yeah", "uh huh", "okay")],
         "background": [(f"room noise 2 s, {dbfs} dBFS", room_noise(2.0, dbfs)) for dbfs in (-50, -40, -30)],
         "speech": [(f'"{text}" (Piper)', speak(text, RATE)) for text in ("Hold on, wait a moment please.", *INTERRUPTIONS)],
+        "speech, other voices": other_voices(),
     }
+
+
+def other_voices() -> list[tuple[str, np.ndarray]]:
+    """OTHER_WORDS in OTHER_VOICES (espeak-ng; none where it is not installed), at a caller's level."""
+    try:
+        return [(f'"{text}" ({voice})', 0.5 * espeak(text, RATE, voice=voice))
+                for voice in OTHER_VOICES for text in OTHER_WORDS]
+    except FileNotFoundError as exc:
+        print(f"(no held speech in other voices: {exc})")
+        return []
 
 
 def continuous_noise(seconds: float = 3.0, every_ms: float = 160.0) -> np.ndarray:
@@ -202,6 +218,7 @@ class Trial:
     gaps_ms: list[float] = field(default_factory=list)  # each pause as heard: fade-out to fade-in
     onset_to_resume_ms: float | None = None  # the clip's onset frame to the frame the reply came back in
     reaction_ms: float | None = None  # the clip's onset frame to the first frame the agent went quiet in
+    quiet_for_good_ms: float | None = None  # of a cancelled reply: the onset frame to its last pause's frame
     skipped_ms: float | None = None  # of a reply not cancelled: its length less what was played
 
 
@@ -223,19 +240,27 @@ async def trial(vad: SileroVadModel, reply: np.ndarray, reply_ms: float, clip: n
     onset_frame = (lead.size + acoustic_onset(caller[lead.size:])) // FRAME_SAMPLES  # Opus delays it ~6.5 ms
     result = Trial()
     step = 0
+    quiet_since: int | None = None
     while path.playout.playing or path.playout.paused or step * FRAME_SAMPLES < caller.size:
         frame = caller[step * FRAME_SAMPLES : (step + 1) * FRAME_SAMPLES]
         acted, resumed = path.pauses + path.barge_ins, path.false_pauses
         path.push_caller_frame(np.pad(frame, (0, FRAME_SAMPLES - frame.size), constant_values=1e-4), RATE)
         # what this push decided goes out in this step's frame
-        if result.reaction_ms is None and path.pauses + path.barge_ins > acted:
-            result.reaction_ms = FRAME_MS * (step - onset_frame)
-        if result.onset_to_resume_ms is None and path.false_pauses > resumed:
-            result.onset_to_resume_ms = FRAME_MS * (step - onset_frame)
+        if path.pauses + path.barge_ins > acted:
+            if result.reaction_ms is None:
+                result.reaction_ms = FRAME_MS * (step - onset_frame)
+            if quiet_since is None:  # quiet from here, unless a resume lets the agent out again
+                quiet_since = step
+        if path.false_pauses > resumed:
+            quiet_since = None
+            if result.onset_to_resume_ms is None:
+                result.onset_to_resume_ms = FRAME_MS * (step - onset_frame)
         path.next_frame()
         step += 1
     result.paused, result.resumed, result.withheld = path.pauses, path.false_pauses, path.pauses_withheld
     result.cancelled = any(isinstance(e, ResponseCancel) for e in conversation.sent)
+    if result.cancelled and quiet_since is not None:
+        result.quiet_for_good_ms = FRAME_MS * (quiet_since - onset_frame)
     result.gaps_ms = path.figures.recent("false_pause_ms")
     if not result.cancelled:
         ack = next(e for e in conversation.sent if isinstance(e, PlaybackAck))
@@ -306,14 +331,22 @@ async def run(offsets: int, opus: bool, report: Report) -> None:
             report.add("false_pauses.pause_heard_p95", "a false pause as the caller hears it (fade-out to "
                        "fade-in), p95", percentile(gaps, 95), unit="ms", n=len(gaps), area="barge-in")
     for mode_name in MODES:
-        reactions = [t.reaction_ms for t in totals["speech"][mode_name] if t.cancelled and t.reaction_ms is not None]
-        print(f"   held speech, {mode_name:8}: cancelled {_share(totals['speech'][mode_name])}; onset frame -> first "
-              f"quiet frame {spread(reactions)}")
+        held = totals["speech"][mode_name] + totals["speech, other voices"][mode_name]
+        reactions = [t.reaction_ms for t in held if t.cancelled and t.reaction_ms is not None]
+        for_good = [t.quiet_for_good_ms for t in held if t.quiet_for_good_ms is not None]
+        stutters = sum(t.resumed > 0 and t.cancelled for t in held)
+        print(f"   held speech, {mode_name:8}: cancelled {_share(held)}; onset frame -> first quiet frame "
+              f"{spread(reactions)}; -> quiet for good {spread(for_good)}; let the agent out again {stutters}")
         if mode_name == "pause":
-            held = totals["speech"][mode_name]
             report.add("false_pauses.speech_cancelled", "held speech over the agent that cancelled its reply "
                        "(should be all)", 100 * sum(t.cancelled for t in held) / max(1, len(held)), unit="%",
                        n=len(held), area="barge-in")
+            report.add("false_pauses.speech_stutter", "held speech over the agent that paused it, let it go on, "
+                       "then stopped it (Piper's and espeak-ng's voices)", 100 * stutters / max(1, len(held)),
+                       unit="%", n=len(held), area="barge-in")
+            report.add("false_pauses.speech_quiet_for_good_p95", "held speech: its onset frame to the frame the "
+                       "agent went quiet for good, p95; floor: to the first quiet frame", percentile(for_good, 95),
+                       floor=percentile(reactions, 95), unit="ms", n=len(for_good), area="barge-in")
 
     print("\n== bad input: a 48 ms vocal burst every 160 ms for 3 s, over one reply")
     noise = continuous_noise()

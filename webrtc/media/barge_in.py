@@ -15,7 +15,13 @@ while the agent plays, with no speech counted; the main grid's windows over the 
 threshold alone grow it and confirm it, as the session's VAD sees them: those within
 ``SPEECH_LEVEL_SPAN_DB`` of the candidate's loudest window (Silero scores a codec's ring-down
 after a short sound as speech; the VAD scores digital silence 0).
-A pause lasts at most ``max_pause_ms`` unconfirmed; the candidate may still confirm after it.
+A pause lasts at most ``max_pause_ms`` unconfirmed, or until the speech growing at its end
+confirms; the candidate may still confirm after it.
+
+A dropped candidate resumes the agent only after ``release_hold_ms`` with no new sound: a stop
+consonant's closure (the "t" of "stop", the "k" of "excuse") is a few tens of ms of quiet inside a
+word, and a resume there lets a blip of the agent's voice out between the word's sounds, after which
+the next sound pauses it again. Sound within the hold goes on with the same pause and its onset.
 
 Sooner still, a rise in the caller's level (``level_onset.py``, 10 ms blocks, as the bare echo
 peers hear an onset) pauses the agent before any window is scored (``push_level_onset``). Silero
@@ -55,6 +61,9 @@ MAX_PAUSE_MS = 256.0
 #: and pauses on more that is not speech (python -m bench.onset_delay --pause-thresholds weighs
 #: the first, python -m bench.false_pauses the second).
 PAUSE_MARGIN = 0.2
+#: How long a pause outlives a dropped candidate before the agent resumes: one window, longer than
+#: a stop consonant's closure takes to end in the next sound's first window.
+RELEASE_HOLD_MS = 32.0
 #: How long a pause the caller's level began holds against windows Silero scores as not speech
 #: while the sound stays loud: three windows, past the 75 ms "s" of "Sorry" (bench.onset_delay).
 LEVEL_GRACE_MS = 96.0
@@ -86,6 +95,7 @@ class BargeInRules:
     pause: bool = True  # False: no pause, only the cancel on held speech
     max_false_pauses: int = MAX_FALSE_PAUSES
     max_pause_ms: float = MAX_PAUSE_MS
+    release_hold_ms: float = RELEASE_HOLD_MS
     level_onset: bool = True  # False: only Silero's windows pause
     level_grace_ms: float = LEVEL_GRACE_MS
 
@@ -102,6 +112,8 @@ class BargeInGate:
         self._by_level = False  # the candidate began at a rise in the caller's level
         self._speech_silence_ms: float | None = None  # in the caller's held speech: its silence so far
         self.paused = False
+        self._pause_ms = 0.0  # how long the pause has held, across the candidates that kept it
+        self._holding_ms: float | None = None  # the pause outlives a dropped candidate: quiet so far
         self.onset_at: float | None = None  # the candidate's first window (the caller's clock)
         self._reply: str | None = None
         self._false_pauses = 0  # in _reply
@@ -121,36 +133,49 @@ class BargeInGate:
             if self._speech_silence_ms >= rules.silence_ms:
                 self._speech_silence_ms = None
             return None
+        if self._holding_ms is not None and probability < rules.pause_threshold:
+            self._holding_ms += rules.window_ms
+            self._pause_ms += rules.window_ms
+            return self._false_pause() if self._holding_ms >= rules.release_hold_ms else None
         if self._candidate_ms is None:
             if probability < rules.threshold:
                 return self._early_pause(probability, at, agent_playing)
+            held = self._take_hold()
             self._candidate_ms = self._candidate_age_ms = rules.window_ms
             self._by_level = False
             self._candidate_level.reset()
             if level_db is not None:
                 self._candidate_level.counts(level_db)
-            self._over_agent = agent_playing
-            self.onset_at = at
+            if held:
+                self._pause_ms += rules.window_ms
+            else:
+                self._over_agent = agent_playing
+                self.onset_at = at
             if self._candidate_ms >= rules.min_speech_ms:
                 return self._confirm()
-            if not agent_playing or not rules.pause:
+            if held or not agent_playing or not rules.pause:
                 return None
             if self._false_pauses >= rules.max_false_pauses:
                 return Verdict.WITHHELD
-            self.paused = True
+            self._pause()
             return Verdict.PAUSE
         self._candidate_age_ms += rules.window_ms
+        self._pause_ms += rules.window_ms
         if probability >= rules.threshold:
             if level_db is None or self._candidate_level.counts(level_db):
                 self._candidate_ms += rules.window_ms
                 if self._candidate_ms >= rules.min_speech_ms:
                     return self._confirm()
+                return None  # speech that grows confirms within the minimum: the bound waits for it
         elif probability < rules.release_threshold and not self._level_grace(level_db):
             self._candidate_ms = None
+            if self.paused and rules.release_hold_ms > 0 and self._pause_ms < rules.max_pause_ms:
+                self._holding_ms = 0.0
+                return None
             return self._false_pause()
         elif level_db is not None:
             self._candidate_level.hear(level_db)
-        if self.paused and self._candidate_age_ms >= rules.max_pause_ms:
+        if self.paused and self._pause_ms >= rules.max_pause_ms:
             return self._false_pause()
         return None
 
@@ -159,8 +184,9 @@ class BargeInGate:
         if not self.rules.level_onset:
             return None
         self._follow_reply(reply)
+        holding = self._holding_ms is not None
         verdict = self._early_pause(1.0, at, agent_playing)
-        if verdict is Verdict.PAUSE:
+        if verdict is Verdict.PAUSE or (holding and self._holding_ms is None):
             self._by_level = True
         return verdict
 
@@ -178,6 +204,12 @@ class BargeInGate:
         """A window that may pause but not count as speech (the offset grid's, or one between the
         pause threshold and the threshold): a pause, at most, with no speech in the candidate yet."""
         rules = self.rules
+        if self._holding_ms is not None and probability >= rules.pause_threshold:
+            self._take_hold()  # sound again within the hold: the same pause, from the same onset
+            self._by_level = False
+            self._candidate_ms = self._candidate_age_ms = 0.0
+            self._candidate_level.reset()
+            return None
         if (self._speech_silence_ms is not None or self._candidate_ms is not None or probability < rules.pause_threshold
                 or not agent_playing or not rules.pause or self._false_pauses >= rules.max_false_pauses):
             return None  # the main grid's windows judge these as before (and count a withheld onset once)
@@ -186,21 +218,33 @@ class BargeInGate:
         self._candidate_level.reset()
         self._over_agent = True
         self.onset_at = at
-        self.paused = True
+        self._pause()
         return Verdict.PAUSE
+
+    def _pause(self) -> None:
+        self.paused = True
+        self._pause_ms = self._candidate_age_ms
+
+    def _take_hold(self) -> bool:
+        """End a hold, if one runs, for new sound: whether it did (the pause goes on)."""
+        held, self._holding_ms = self._holding_ms is not None, None
+        return held
 
     def release(self) -> None:
         """The playout was cleared or stopped being ours to pause: forget the pause (not the speech)."""
         self.paused = False
+        self._holding_ms = None
 
     def _confirm(self) -> Verdict | None:
         over_agent, self._over_agent = self._over_agent, False
         self._candidate_ms = None
         self._speech_silence_ms = 0.0
         self.paused = False
+        self._holding_ms = None
         return Verdict.CONFIRM if over_agent else None
 
     def _false_pause(self) -> Verdict | None:
+        self._holding_ms = None
         if not self.paused:
             return None
         self.paused = False
