@@ -28,7 +28,6 @@ from tests.support.ports import free_port
 
 from .fake_server import (
     OMNI_CAPS,
-    FakeServer,
     FakeSession,
     audio_delta,
     drop_connection,
@@ -71,19 +70,6 @@ async def backends():
     yield make
     for backend in made:
         await backend.close()
-
-
-@pytest.fixture
-async def fake_servers():
-    made: list[FakeServer] = []
-
-    async def make(handler) -> FakeServer:
-        made.append(await FakeServer(handler).start())
-        return made[-1]
-
-    yield make
-    for server in made:
-        await server.close()
 
 
 # ---- a real server process, killed and restarted ----

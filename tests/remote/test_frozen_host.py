@@ -218,19 +218,6 @@ async def never_creates_a_session(ws: web.WebSocketResponse, request: web.Reques
     await asyncio.Event().wait()
 
 
-@pytest.fixture
-async def fake_servers():
-    made: list[FakeServer] = []
-
-    async def make(handler) -> FakeServer:
-        made.append(await FakeServer(handler).start())
-        return made[-1]
-
-    yield make
-    for server in made:
-        await server.close()
-
-
 async def joined_first_in_line(bad: FakeServer, good_urls: list[str], tmp_path) -> BackendPool:
     """A pool started on ``good_urls``, then joined by ``bad``, which has the most room (a host not yet
     probed counts as wholly free): it is first in line for the next call."""
