@@ -1,8 +1,10 @@
-"""Barge-in as a browser caller gets it: headless Chromium on the page (direct mode), its microphone a
-WAV file, under each set of audio constraints, beside an aiortc caller saying the same in the same run.
+"""Barge-in as a browser caller gets it: headless Chromium on the page, in its direct mode and its LiveKit
+mode (livekit-client through the loopback LiveKit server), its microphone a WAV file, under each set of
+audio constraints, beside an aiortc caller saying the same in the same run.
 
-The worker is ``duplex-agent serve`` with the reference model (Whisper hears the caller, Piper speaks)
-answering "tell me ..." with a long story (``StoryPlugin``), a process of its own. The microphone's
+The worker is ``duplex-agent dev`` with the reference model (Whisper hears the caller, Piper speaks)
+answering "tell me ..." with a long story (``StoryPlugin``), a process of its own: it serves the page and
+direct calls, and is dispatched to the page's LiveKit room by the page's dev token. The microphone's
 file holds a few cycles: a question, then, while the story plays, an interruption ("Stop, please wait
 a moment. ..."), then room for the short answer to it.
 
@@ -20,14 +22,16 @@ sound in the unprocessed capture is its onset, beside the agent's audio on the s
 - words: the share of the interruption's words in what the model heard (the user's transcript line
   after the question's), and whether its first two words are there.
 
-The floor is an aiortc caller (no audio processing) playing the same file to the same worker: the
-same two figures, its onset the time the onset's frame was handed to its sender.
+The floor is an aiortc caller (no audio processing) playing the same file to the same worker, direct:
+the same two figures, its onset the time the onset's frame was handed to its sender. It is the floor of
+both modes, so a LiveKit-mode figure includes the SFU's hop.
 
 A fake microphone carries no echo of the agent, so these figures show what each canceller costs a
 caller, not what it saves a speakerphone. Prints each call's barge-ins and a summary; never passes
 or fails on time.
 
-Run: python -m bench.browser_bargein [--cycles 2] [--constraints page,aec_ns_agc,ns_agc,none] [--quick]
+Run: python -m bench.browser_bargein [--cycles 2] [--constraints page,aec_ns_agc,ns_agc,none]
+     [--modes direct,livekit] [--quick]
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.call_rig import Service, free_port, wait_for_metrics
+from bench.call_rig import Service, free_port, start_loopback_server, wait_for_metrics
 from bench.report import Report
 from bench.stats import percentile
 from duplex_agent.plugins.engines.inprocess import InProcessEngine
@@ -262,8 +266,20 @@ def measure(agent: list[tuple[float, float]], onset: float, question_end: float)
 # ---------------------------------------------------------------- the browser caller
 
 
-def browser_call(url: str, wav: Path, timeline: Timeline, constraints: dict[str, bool] | None,
+def join_livekit_room(browser, room: str) -> None:  # noqa: ANN001
+    """The page's LiveKit mode: a dev token for ``room`` (which dispatches the worker), then connect."""
+    browser.click("mode-livekit")
+    browser.wait_for_text("lk-get-token", "Get a dev token", 10)
+    browser.driver.execute_script("const e = document.getElementById('lk-room'); e.value = arguments[0];"
+                                  "e.dispatchEvent(new Event('input'));", room)
+    browser.click("lk-get-token")
+    browser.wait_for_text("lk-token-info", f"Room {room} as caller-", 10)
+    browser.click("connect")
+
+
+def browser_call(url: str, wav: Path, timeline: Timeline, constraints: dict[str, bool] | None, room: str | None,
                  ) -> tuple[list[BargeIn], dict]:
+    """One call of the page; ``room``: in LiveKit mode, else direct."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -274,8 +290,11 @@ def browser_call(url: str, wav: Path, timeline: Timeline, constraints: dict[str,
         browser.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
                                        {"source": TAP_SCRIPT % json.dumps(constraints)})
         browser.open(url)
-        browser.click("connect")
-        browser.wait_for_text("status", "Connected", 30)
+        if room is None:
+            browser.click("connect")
+        else:
+            join_livekit_room(browser, room)
+        browser.wait_for_text("status", "Connected", 60)
         duration = timeline.audio.size / RATE
         # The tap starts with the microphone, so its clock runs about level with the file.
         WebDriverWait(browser.driver, duration + 60, poll_frequency=0.5).until(
@@ -407,6 +426,11 @@ def summary(found: list[BargeIn]) -> dict[str, float | int | None]:
             "first_words": sum(b.first_words for b in found)}
 
 
+def caller_name(mode: str, constraints: str) -> str:
+    """A browser caller's name in the results: the constraints' in direct mode, ``livekit.`` before them."""
+    return constraints if mode == "direct" else f"{mode}.{constraints}"
+
+
 def run(args: argparse.Namespace) -> dict[str, object]:
     from devtools.speech import write_wav
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
@@ -415,23 +439,30 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="browser-bargein-"))
     wav = write_wav(work / "mic.wav", timeline.audio, RATE)
     port = free_port()
-    address = interface_ipv4()
-    worker = Service("worker", [sys.executable, "-m", "duplex_agent.agent.app.cli", "serve", "--port", str(port),
-                                "--ice-address", address, "--plugin", "bench.browser_bargein.StoryPlugin"], work / "worker.log")
+    address = interface_ipv4()  # media needs ICE on a real interface
+    server, livekit_url = start_loopback_server(work, address)
+    worker = Service("worker", [sys.executable, "-m", "duplex_agent.agent.app.cli", "dev", "--host", "127.0.0.1",
+                                "--port", str(port), "--ice-address", address,
+                                "--plugin", "bench.browser_bargein.StoryPlugin"], work / "worker.log",
+                     env={"LIVEKIT_URL": livekit_url})
     worker.start()
     results: dict[str, object] = {}
     try:
         wait_for_metrics(worker, port, 180)
         url = f"http://127.0.0.1:{port}/"
-        for name in args.constraints:
-            found, info = browser_call(url, wav, timeline, CONSTRAINTS[name])
-            results[name] = {"summary": summary(found), "barge_ins": [b.__dict__ for b in found], **info}
-            print(json.dumps({name: results[name]}, indent=1), flush=True)
+        for mode in args.modes:
+            for number, constraints in enumerate(args.constraints):
+                name = caller_name(mode, constraints)
+                room = None if mode == "direct" else f"bench-{number}"
+                found, info = browser_call(url, wav, timeline, CONSTRAINTS[constraints], room)
+                results[name] = {"summary": summary(found), "barge_ins": [b.__dict__ for b in found], **info}
+                print(json.dumps({name: results[name]}, indent=1), flush=True)
         found, info = asyncio.run(aiortc_call(url, address, timeline))
         results["aiortc"] = {"summary": summary(found), "barge_ins": [b.__dict__ for b in found], **info}
         print(json.dumps({"aiortc": results["aiortc"]}, indent=1), flush=True)
     finally:
         worker.stop()
+        server.stop()
     return results
 
 
@@ -443,6 +474,7 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=10.0, help="seconds after an interruption before the next question")
     parser.add_argument("--constraints", default="page,aec_ns_agc,ns_agc,none",
                         help=f"comma-separated sets of audio constraints, of {', '.join(CONSTRAINTS)}")
+    parser.add_argument("--modes", default="direct,livekit", help="the page's modes: direct, livekit or both")
     parser.add_argument("--quick", action="store_true", help="one cycle, the page's constraints and none")
     args = parser.parse_args()
     if args.quick:
@@ -451,13 +483,16 @@ def main() -> None:
     unknown = [name for name in args.constraints if name not in CONSTRAINTS]
     if unknown:
         parser.error(f"unknown constraints {unknown}: choose from {', '.join(CONSTRAINTS)}")
+    args.modes = [mode for mode in args.modes.split(",") if mode]
+    if not args.modes or set(args.modes) - {"direct", "livekit"}:
+        parser.error(f"--modes takes direct, livekit or both, not {args.modes}")
     report = Report("browser_bargein", quick=args.quick)
     results = run(args)
     floor = results["aiortc"]["summary"]  # type: ignore[index]
-    print(f"\n{'caller':<12} {'stopped':>8} {'p50 ms':>8} {'p95 ms':>8} {'words':>6} {'first words':>12}")
+    print(f"\n{'caller':<20} {'stopped':>8} {'p50 ms':>8} {'p95 ms':>8} {'words':>6} {'first words':>12}")
     for name, result in results.items():
         s = result["summary"]  # type: ignore[index]
-        print(f"{name:<12} {s['stopped']:>3} of {s['n']:<2} {fmt(s['p50_ms']):>8} {fmt(s['p95_ms']):>8} "
+        print(f"{name:<20} {s['stopped']:>3} of {s['n']:<2} {fmt(s['p50_ms']):>8} {fmt(s['p95_ms']):>8} "
               f"{fmt(s['words'], 2):>6} {s['first_words']:>5} of {s['n']}")
         if name == "aiortc":
             continue

@@ -452,16 +452,19 @@ class LiveKitCaller(Caller):
 class DirectCaller(Caller):
     """An aiortc caller. With ``resume_after_s``, its connection drops once that far into the call (at
     the next turn) and it comes back with its resume token on a new one, as a page does after a
-    network change: the conversation must carry on where it was."""
+    network change: the conversation must carry on where it was. With ``busy_retry_s``, a worker that
+    refuses it as busy is asked again when it says, for that long."""
 
     def __init__(self, index: int, speech: dict[str, np.ndarray], url: str, address: str,
-                 resume_after_s: float = 0.0) -> None:
+                 resume_after_s: float = 0.0, busy_retry_s: float = 0.0) -> None:
         super().__init__(index, speech)
         self.url = url
         self.address = address
         self._hanging_up = False  # a drop the caller makes itself (hang-up, resume) is no dropped call
         self.peer = self._new_peer()
         self.resume_after_s = resume_after_s
+        self.busy_retry_s = busy_retry_s
+        self.busy_refusals = 0
         self._started = time.perf_counter()
         self._resume: dict[str, object] = {}  # the last answer's pc_id and resume_token
 
@@ -500,10 +503,23 @@ class DirectCaller(Caller):
         from bench.webrtc_callers import ConnectFailed
 
         self._started = time.perf_counter()
-        try:
-            self.connected_s = await self._offer({})
-        except Exception as exc:  # report, do not crash the other callers
-            self.error = str(exc) if isinstance(exc, ConnectFailed) else repr(exc)
+        while True:
+            try:
+                self.connected_s = await self._offer({})
+                return
+            except ConnectFailed as exc:
+                # A busy worker says when to ask again; a patient caller does, for busy_retry_s.
+                if exc.retry_after_s is None or time.perf_counter() - self._started + exc.retry_after_s > self.busy_retry_s:
+                    self.error = str(exc)
+                    return
+                self.busy_refusals += 1
+                await asyncio.sleep(exc.retry_after_s)
+            except Exception as exc:  # report, do not crash the other callers
+                self.error = repr(exc)
+                return
+
+    def summary(self) -> dict[str, object]:
+        return {**super().summary(), "busy_refusals": self.busy_refusals}
 
     async def _hang_up(self) -> None:
         import aiohttp
@@ -590,7 +606,8 @@ def _transport_callers(args: argparse.Namespace, speech: dict[str, np.ndarray]) 
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
 
     address = args.ice_address or interface_ipv4()
-    return [DirectCaller(i, speech, args.url.rstrip("/"), address, args.resume_after) for i in range(args.sessions)]
+    return [DirectCaller(i, speech, args.url.rstrip("/"), address, args.resume_after, args.busy_retry)
+            for i in range(args.sessions)]
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -655,6 +672,8 @@ def main() -> None:
                         help="stop once every caller has heard the agent (or at --seconds)")
     parser.add_argument("--resume-after", type=float, default=0.0, metavar="S",
                         help="direct: drop the connection once, S seconds into the call, and resume with the token")
+    parser.add_argument("--busy-retry", type=float, default=0.0, metavar="S",
+                        help="direct: a caller refused as busy (503 with Retry-After) asks again, for up to S seconds")
     parser.add_argument("--ignore-stdin", action="store_true", help="run for --seconds even if stdin closes")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -35,7 +35,11 @@ LOUD_RMS = 0.02
 
 
 class ConnectFailed(RuntimeError):
-    pass
+    """``retry_after_s``: the worker refused the call as busy and said when to ask again."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 async def offer_and_connect(pc: RTCPeerConnection, address: str, http: aiohttp.ClientSession, url: str) -> float:
@@ -53,7 +57,9 @@ async def offer_and_answer(pc: RTCPeerConnection, address: str, http: aiohttp.Cl
     offer = {"sdp": pc.localDescription.sdp, "type": "offer", **(extra or {})}
     async with http.post(url + "/api/offer", json=offer) as response:
         if response.status != 200:
-            raise ConnectFailed(f"offer answered {response.status}: {(await response.text())[:200]}")
+            retry_after = response.headers.get("Retry-After", "") if response.status == 503 else ""
+            raise ConnectFailed(f"offer answered {response.status}: {(await response.text())[:200]}",
+                                float(retry_after) if retry_after.isdigit() else None)
         answer = await response.json()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
     keep_consent(pc)  # as a browser keeps it (RFC 7675's 30 s), not aioice's few seconds
