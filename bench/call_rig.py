@@ -545,10 +545,19 @@ class Rig:
         return result
 
 
-def write_speech(path: str) -> None:
+def write_speech(path: str, *, other_voices: bool = False) -> None:
+    """The callers' phrases at 48 kHz; ``other_voices``: the interruptions are words and espeak-ng
+    voices no test uses (bench.false_pauses' OTHER_WORDS, OTHER_VOICES), said where the tests' would be."""
     from bench.livekit_callers import INTERRUPTIONS, QUESTIONS, SAMPLE_RATE
-    from devtools.speech import speak
+    from devtools.speech import espeak, speak
 
     speech = {f"q{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(QUESTIONS)}
-    speech.update({f"i{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(INTERRUPTIONS)})
+    if other_voices:
+        from bench.false_pauses import OTHER_VOICES, OTHER_WORDS
+
+        speech.update({f"i{i}": 0.5 * espeak(OTHER_WORDS[i % len(OTHER_WORDS)], SAMPLE_RATE,
+                                             voice=OTHER_VOICES[i % len(OTHER_VOICES)])
+                       for i in range(len(INTERRUPTIONS))})
+    else:
+        speech.update({f"i{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(INTERRUPTIONS)})
     np.savez(path, **speech)

@@ -22,7 +22,9 @@ sending old audio late. Beside the heard figures: the worker's own barge-in figu
 
 Prints ours, the floor and the difference (p50/p95); never passes or fails on time.
 
-Run: python -m bench.direct_heard [--rounds 3] [--seconds 25] [--sessions 1] [--control ../main]
+``--other-voices`` has the callers interrupt in words and espeak-ng voices no test uses.
+
+Run: python -m bench.direct_heard [--rounds 3] [--seconds 25] [--sessions 1] [--control ../main] [--other-voices]
 """
 
 from __future__ import annotations
@@ -82,11 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=1, help="simultaneous callers per round")
     parser.add_argument("--control", default="", metavar="CHECKOUT",
                         help="also run that checkout's worker (its .venv), round for round")
+    parser.add_argument("--other-voices", action="store_true",
+                        help="interruptions in words and espeak-ng voices no test uses")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 15 s per server")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds = 2, 15.0
-    report = Report("direct_heard", quick=args.quick)
+    report = Report("direct_heard_other_voices" if args.other_voices else "direct_heard", quick=args.quick)
+    voices = ", interruptions in other words and voices" if args.other_voices else ""
+    tag = ".other_voices" if args.other_voices else ""
     paths = ("worker", CONTROL, "floor") if args.control else PATHS
 
     from duplex_agent.webrtc.direct.host_address import interface_ipv4
@@ -97,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="direct-heard-") as tmp:
         log_dir = Path(tmp)
         speech = str(log_dir / "speech.npz")
-        write_speech(speech)
+        write_speech(speech, other_voices=args.other_voices)
         ports = {p: free_port() for p in paths}
         # A control worker runs its checkout's code: "python -m" imports from its folder first.
         services = {p: Service(p, server_command(p, ports[p], host, args.sessions, args.control), log_dir / f"{p}.log",
@@ -146,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary(figures[path]['worker_own'], 'ms', digits=0)}")
     heard, floor = figures["worker"]["heard"], figures["floor"]["heard"]
     for q in (50, 95):
-        report.add(f"direct.bargein_heard_p{q}", f"barge-in as a direct WebRTC caller hears it, p{q} (first sound of "
-                   "the interruption sent -> the agent quiet); floor: a bare aiortc peer", percentile(heard, q),
+        report.add(f"direct{tag}.bargein_heard_p{q}", f"barge-in as a direct WebRTC caller hears it, p{q} (first "
+                   f"sound of the interruption sent -> the agent quiet{voices}); floor: a bare aiortc peer", percentile(heard, q),
                    floor=percentile(floor, q), unit="ms", n=len(heard), area="barge-in")
     turn, turn_floor = figures["worker"]["turn"], figures["floor"]["turn"]
-    report.add("direct.turn_heard_p50", "turn latency as a direct WebRTC caller hears it, p50, scripted model "
+    report.add(f"direct{tag}.turn_heard_p50", "turn latency as a direct WebRTC caller hears it, p50, scripted model "
                "(500 ms end-of-turn silence in both)", percentile(turn, 50), floor=percentile(turn_floor, 50),
                unit="ms", n=len(turn), area="turn")
     report.write()
