@@ -16,7 +16,7 @@ outside). The summary prints, beside the goals:
   warm-up against the last third (goal: late within 10 % of early).
 
 The default of 4 calls at once is what this 2-core machine holds with cores to spare for the
-callers themselves (the issue's 8 is for a machine with more cores: ``--concurrent 8``). Figures
+callers themselves (8 at once is for a machine with more cores: ``--concurrent 8``). Figures
 go to bench/results/soak.json; the run never passes or fails on them.
 
 Run: python -m bench.soak [--minutes 60] [--concurrent 4] [--kinds direct,livekit,agents] [--quick]
