@@ -212,6 +212,7 @@ class Scrape:
     end_of_turn_inferences: float = 0.0
     end_of_turn_cpu_s: float = 0.0
     barge_in_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
+    machine_busy: float | None = None  # the worker's own reading of the machine's CPUs (--max-cpu)
 
     def barge_ins_since(self, earlier: Scrape) -> dict[float, float]:
         return {le: count - earlier.barge_in_buckets.get(le, 0.0) for le, count in self.barge_in_buckets.items()}
@@ -241,6 +242,8 @@ def scrape(port: int, *, tries: int = 3) -> Scrape | None:
                 out.end_of_turn_cpu_s = sample.value
             elif sample.name == "duplex_barge_in_latency_ms_bucket":
                 out.barge_in_buckets[float(sample.labels["le"])] = sample.value
+            elif sample.name == "duplex_machine_cpu_busy":
+                out.machine_busy = sample.value
     return out
 
 
@@ -545,19 +548,28 @@ class Rig:
         return result
 
 
+#: Interruptions in words and espeak-ng voices no test uses: barge-in on speech its rules were not tuned on.
+OTHER_VOICES = ("en-us", "en-gb+f3", "en-us+m3")
+OTHER_WORDS = ("stop stop wait a moment", "excuse me", "actually no", "hang on a second")
+
+
+def other_voice(text: str, voice: str, rate: int) -> np.ndarray:
+    """espeak-ng's ``voice`` saying ``text``, at a caller's level."""
+    from devtools.speech import espeak
+
+    return 0.5 * espeak(text, rate, voice=voice)
+
+
 def write_speech(path: str, *, other_voices: bool = False) -> None:
-    """The callers' phrases at 48 kHz; ``other_voices``: the interruptions are words and espeak-ng
-    voices no test uses (bench.false_pauses' OTHER_WORDS, OTHER_VOICES), said where the tests' would be."""
+    """The callers' phrases at 48 kHz; ``other_voices``: the interruptions are OTHER_WORDS in
+    OTHER_VOICES, said where the tests' would be."""
     from bench.livekit_callers import INTERRUPTIONS, QUESTIONS, SAMPLE_RATE
-    from devtools.speech import espeak, speak
+    from devtools.speech import speak
 
     speech = {f"q{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(QUESTIONS)}
     if other_voices:
-        from bench.false_pauses import OTHER_VOICES, OTHER_WORDS
-
-        speech.update({f"i{i}": 0.5 * espeak(OTHER_WORDS[i % len(OTHER_WORDS)], SAMPLE_RATE,
-                                             voice=OTHER_VOICES[i % len(OTHER_VOICES)])
-                       for i in range(len(INTERRUPTIONS))})
+        speech.update({f"i{i}": other_voice(OTHER_WORDS[i % len(OTHER_WORDS)], OTHER_VOICES[i % len(OTHER_VOICES)],
+                                            SAMPLE_RATE) for i in range(len(INTERRUPTIONS))})
     else:
         speech.update({f"i{i}": speak(text, SAMPLE_RATE) for i, text in enumerate(INTERRUPTIONS)})
     np.savez(path, **speech)

@@ -43,11 +43,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from bench.call_rig import OTHER_VOICES, OTHER_WORDS, other_voice
 from bench.livekit_callers import INTERRUPTIONS
 from bench.report import Report
 from bench.stats import percentile, spread
 from devtools.rtp_stream import through_opus
-from devtools.speech import espeak, speak, vocal_burst
+from devtools.speech import speak, vocal_burst
 from duplex_agent.agent.models.vad import SileroVadModel
 from duplex_agent.agent.protocol.events import (
     ClientEvent,
@@ -73,9 +74,6 @@ CAPS = DuplexCapabilities(plugin_id="bench", input_sample_rate=16000, unit_sampl
                           output_sample_rate=22050, max_sessions=1)
 #: The clip groups other than held speech: the pauses they make that resume are the false pauses.
 NOT_SPEECH = ("sounds", "backchannels", "background")
-#: Held speech in voices and words no test uses, for the barge-in's tail.
-OTHER_VOICES = ("en-us", "en-gb+f3", "en-us+m3")
-OTHER_WORDS = ("stop stop wait a moment", "excuse me", "actually no", "hang on a second")
 MODES = {"pause": {"pause_on_onset": True}, "VAD only": {"pause_on_onset": True, "pause_on_level": False},
          "pause@.5": {"pause_on_onset": True, "pause_on_level": False, "barge_in_pause_threshold": 0.5},
          "no pause": {"pause_on_onset": False},
@@ -155,7 +153,7 @@ def clip_set() -> dict[str, list[tuple[str, np.ndarray]]]:
 def other_voices() -> list[tuple[str, np.ndarray]]:
     """OTHER_WORDS in OTHER_VOICES (espeak-ng; none where it is not installed), at a caller's level."""
     try:
-        return [(f'"{text}" ({voice})', 0.5 * espeak(text, RATE, voice=voice))
+        return [(f'"{text}" ({voice})', other_voice(text, voice, RATE))
                 for voice in OTHER_VOICES for text in OTHER_WORDS]
     except FileNotFoundError as exc:
         print(f"(no held speech in other voices: {exc})")

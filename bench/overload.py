@@ -27,12 +27,11 @@ import asyncio
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.call_rig import Service, free_port, wait_for_metrics, write_speech
+from bench.call_rig import Service, free_port, scrape, wait_for_metrics, write_speech
 from bench.caller_process import CallerProcess
 from bench.report import Report
 from bench.stats import percentile
@@ -100,21 +99,13 @@ async def run_round(name: str, url: str, args: argparse.Namespace, speech: str, 
     return result
 
 
-def machine_busy(metrics_port: int) -> float | None:
-    """The guarded worker's own reading of the machine (``duplex_machine_cpu_busy`` on its /metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("duplex_machine_cpu_busy "):
-                return float(line.split()[1])
-    return None
-
-
 async def calm(metrics_port: int, limit: float, timeout_s: float = 120.0) -> None:
     """Until the guarded worker reads the machine under its limit: a round's first callers must be
     admitted (the workers' start-up, or the last round's calls, can hold the machine above it)."""
     deadline, busy = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
-        busy = await asyncio.to_thread(machine_busy, metrics_port)  # not on the loop reading the callers
+        figures = await asyncio.to_thread(scrape, metrics_port, tries=1)  # not on the loop reading the callers
+        busy = figures.machine_busy if figures is not None else None
         if busy is not None and busy < 0.8 * limit:
             return
         await asyncio.sleep(1.0)
