@@ -49,6 +49,11 @@ def _assistant(worker, room: str) -> list[dict]:
     return [r for r in worker.records("item", room) if r["role"] == "assistant"]
 
 
+def _heard_the_caller_stop(worker, room: str, since: float) -> bool:
+    """Whether the model said the caller's speech ended (AgentSession's user state) after ``since``."""
+    return any(r["state"] == "listening" and r["at"] > since for r in worker.records("user_state", room))
+
+
 def _replied_after(worker, room: str, since: float) -> bool:
     """Whether a turn the caller took after ``since`` (the app's clock) got a reply played out whole."""
     items = worker.records("item", room)
@@ -529,8 +534,11 @@ async def test_in_process_tiny_moshi_is_cut_by_barge_in_and_its_history_is_what_
         await until(lambda: caller.loud_frames() >= 200, 120, "2 s of the tiny Moshi")
         first, quiet_at = await _talk_over_moshi(caller, worker, room, interruption, 0, 1)
         # It speaks again (a new reply); cut again, the next message holds that reply's own words
-        # from its start, none of the first's unheard ones.
+        # from its start, none of the first's unheard ones. The caller talks over that reply anew
+        # once the worker has heard them stop: speech that only paused (under load the two
+        # interruptions can reach the worker a few ms apart) is the same speech, no new onset.
         await until(lambda: not caller.mic.busy, 30, "the interruption to be said")
+        await until(lambda: _heard_the_caller_stop(worker, room, first[-1]["at"]), 30, "the worker to hear the caller stop")
         await until(lambda: caller.loud_frames(quiet_at) >= 100, 120, "1 s of Moshi's next reply")
         second, _ = await _talk_over_moshi(caller, worker, room, interruption, quiet_at, 2)
     finally:
