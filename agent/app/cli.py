@@ -67,6 +67,7 @@ def page_urls(settings: Settings) -> list[str]:
 
 
 async def serve(settings: Settings) -> None:
+    from duplex_agent.agent.app.heap import keep_the_heap
     from duplex_agent.agent.app.server import build_app, start_http, tls_context
     from duplex_agent.agent.session.cpu_guard import CpuGuard
 
@@ -79,6 +80,7 @@ async def serve(settings: Settings) -> None:
     cpu_guard.start()
     runner = await start_http(build_app(backend, settings, with_webrtc=settings.webrtc, tools=tools,
                                         cpu_guard=cpu_guard), settings.host, settings.port, ssl_context=ssl_context)
+    heap = keep_the_heap()
     print(f"duplex-agent is serving on {'  '.join(page_urls(settings))}  (Ctrl-C to stop)", flush=True)
     if settings.resolved_api_key():
         print("duplex-agent: an API key is required; `duplex-agent token` prints a page link with a "
@@ -92,6 +94,7 @@ async def serve(settings: Settings) -> None:
         if left:
             log.warning("drain timeout: closing %d live session(s)", left)
     finally:
+        heap.cancel()
         cpu_guard.stop()
         await backend.close()  # live sessions end with session.closed (shutdown)
         await runner.cleanup()

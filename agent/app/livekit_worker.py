@@ -222,6 +222,7 @@ async def _drain(server: agents.AgentServer, calls: LiveCalls, settings: Setting
 
 
 async def _serve(settings: Settings, cpu_guard: CpuGuard, *, dev: bool) -> None:
+    from duplex_agent.agent.app.heap import keep_the_heap
     from duplex_agent.agent.app.server import build_app, build_metrics_app, start_http
     from duplex_agent.agent.app.tools_setup import start_serving_backend
 
@@ -243,6 +244,7 @@ async def _serve(settings: Settings, cpu_guard: CpuGuard, *, dev: bool) -> None:
               "(LiveKit mode mints dev tokens)", flush=True)
     print(f"duplex-agent: registering with {settings.livekit_url} as agent {settings.agent_name!r} "
           f"(capacity {settings.max_sessions} sessions)", flush=True)
+    heap = keep_the_heap()
     running = asyncio.create_task(server.run(devmode=dev), name="livekit-agent-server")
     stop = asyncio.create_task(signals.requested.wait(), name="shutdown-signal")
     try:
@@ -252,6 +254,7 @@ async def _serve(settings: Settings, cpu_guard: CpuGuard, *, dev: bool) -> None:
         await running  # returns once aclose() has run; raises when the SDK gave up
     finally:
         stop.cancel()
+        heap.cancel()
         cpu_guard.stop()
         await server.aclose()  # a no-op after a drain
         await backend.close()
