@@ -7,6 +7,7 @@ tests/remote/test_failover_processes.py runs the same with real ``duplex-agent s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import numpy as np
@@ -31,7 +32,7 @@ from tests.support.audio import tone
 from tests.support.cpu import ScriptedCpu
 from tests.support.waits import until
 
-OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
+OPTIONS = RemoteOptions(resume_backoff_s=0.05, resume_gives_up_unreachable=True)
 
 
 class Served:
@@ -74,9 +75,12 @@ async def served():
 async def pools():
     made: list[BackendPool] = []
 
-    async def make(spec: str, *, lost_grace_s: float = 10.0, sizes: dict[str, int] | None = None) -> BackendPool:
+    async def make(spec: str, *, lost_grace_s: float = 10.0, sizes: dict[str, int] | None = None,
+                   connect_timeouts: dict[str, float] | None = None) -> BackendPool:
         def remote(url: str) -> RemoteBackend:
-            return RemoteBackend(url, max_sessions=(sizes or {}).get(url, 4), options=OPTIONS)
+            timeout = (connect_timeouts or {}).get(url, OPTIONS.connect_timeout_s)
+            return RemoteBackend(url, max_sessions=(sizes or {}).get(url, 4),
+                                 options=dataclasses.replace(OPTIONS, connect_timeout_s=timeout))
 
         pool = BackendPool(BackendList(spec), remote, lost_grace_s=lost_grace_s)
         made.append(pool)
@@ -260,7 +264,8 @@ async def test_a_backend_that_takes_the_connection_and_never_answers_is_passed_o
     good = await served()
     listed = tmp_path / "backends"
     listed.write_text(good.url + "\n")
-    pool = await pools(f"@{listed}", sizes={hang_url: 8})
+    # The hung host is given up on after 1 s; a served one has the default to answer a loaded machine in.
+    pool = await pools(f"@{listed}", sizes={hang_url: 8}, connect_timeouts={hang_url: 1.0})
     try:
         listed.write_text(f"{hang_url}\n{good.url}\n")  # a new host joins, and hangs
         await pool.reload()
