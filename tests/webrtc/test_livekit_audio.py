@@ -132,9 +132,9 @@ async def _paused_and_resumed(name: str, *, frames_per_capture: int = 1, pause_a
                 loud_frames += bool(samples.any())
                 silent_run = 0 if samples.any() else silent_run + 1
                 if loud_frames == pause_at_loud_heard and not asked:  # the reader's moment, not the sender's
-                    handed_ms, held = 20.0 * playout.frames_out, source.held_ms()
+                    handed_ms = 20.0 * playout.frames_out
                     assert playout.pause()
-                    source.take_back(playout)
+                    held = source.take_back(playout)
                     asked.update(handed_ms=handed_ms, held=held, played=playout.played_ms("r1"),
                                  held_after=source.held_ms())
                 if silent_run >= 5 and playout.paused:

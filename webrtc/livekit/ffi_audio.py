@@ -121,15 +121,19 @@ class AgentVoiceSource:
             pcm = frames[0] if len(frames) == 1 else np.concatenate(frames)
             await self.capture_frame(rtc.AudioFrame(pcm.tobytes(), SAMPLE_RATE, 1, pcm.size))
 
-    def take_back(self, playout: PlayoutQueue) -> None:
+    def take_back(self, playout: PlayoutQueue) -> float:
         """The playout just paused: drop what the queue still holds, the frame a capture waits
         on included, and give it back to the playout. The source's next tick sends nothing of
         it; the playout's fade-out, captured as soon as the source takes a frame again, goes out
         right after what was heard, and after a resume that audio plays from there. Nothing is
-        done where the playout cannot take it back (no pause, or a frame went out since)."""
+        done where the playout cannot take it back (no pause, or a frame went out since).
+        Returns the ms given back (0 where nothing was): the queue drains by the native tick,
+        so what it held a moment before may be a tick more."""
         held = self.held_ms()
         if held and playout.take_back(held):
             self.clear_queue()
+            return held
+        return 0.0
 
     def held_ms(self, now: float | None = None) -> float:
         """Captured audio the native queue has not sent yet, to its 10 ms tick."""

@@ -122,7 +122,7 @@ class CallAudioPath:
         on_state: StateCallback | None = None,
         on_closed: Callable[[], None] | None = None,
         on_playout_cleared: Callable[[], None] | None = None,
-        on_paused: Callable[[PlayoutQueue], None] | None = None,  # a transport's own queue empties now
+        on_paused: Callable[[PlayoutQueue], object] | None = None,  # a transport's own queue empties now
         on_cut_short: Callable[[str, str], None] | None = None,
         playout: PlayoutQueue | None = None,  # the output's queue (a bench passes a timed one)
         figures: LatencyFigures | None = None,  # the call's recent figures (a bench keeps them all)
