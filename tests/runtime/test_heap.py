@@ -58,6 +58,8 @@ def test_a_calls_cycles_are_freed_on_the_next_beat(automatic_collection_off):
         try:
             freed = asyncio.Event()
             started = loop.time()
+            # A call's cycle made between two beats (a step of the virtual clock, not a wait on
+            # quiet): it is freed at the next beat, not when it was made.
             await asyncio.sleep(1.0)
             weakref.finalize(_Cycle(), freed.set)
             await asyncio.wait_for(freed.wait(), 60.0)
