@@ -2,8 +2,10 @@
 
 The peer needs ``.venv-omni`` (``make omni-venv``; ``make test`` builds it). When it is missing
 the first test that needs it builds it, and skips with the reason if that fails. Peers and
-servers are started once per module (the peer takes a minute to import vLLM); each test opens
-its own sessions on them.
+servers are started once per module, and peers once per run for each set of options: a peer's
+start imports vLLM, seconds of CPU that the lane's real-time tests would otherwise share. Each test
+opens its own sessions on them, so a shared peer's record holds other modules' sessions too, and a
+test reads only its own lines of it.
 """
 
 from __future__ import annotations
@@ -42,19 +44,50 @@ def _blocking(coroutine: Coroutine):
         return thread.submit(asyncio.run, coroutine).result()
 
 
-class Started:
-    """The processes a module started, stopped in reverse order; their log tails go to the report."""
+class Peers:
+    """The run's vLLM-Omni peers, one per set of options, each started on first use.
+
+    Every one has room for ``MAX_SESSIONS``: a session whose socket was only dropped stays for the
+    peer's resume grace, and modules come one after another on the same peer."""
+
+    MAX_SESSIONS = 16
 
     def __init__(self, folder) -> None:
         self.folder = folder
-        self.processes: list[OmniPeer | ServeProcess] = []
+        self.started: dict[tuple, OmniPeer] = {}
 
-    def peer(self, **options) -> OmniPeer:
-        peer = OmniPeer(free_port(), self.folder / f"omni-peer{len(self.processes)}.log", **options)
-        self.processes.append(peer)
-        peer.start()
-        peer.ready(PEER_START_TIMEOUT_S)
-        return peer
+    def __call__(self, **options) -> OmniPeer:
+        key = tuple(sorted(options.items()))
+        if key not in self.started:
+            peer = OmniPeer(free_port(), self.folder / f"omni-peer{len(self.started)}.log",
+                            max_sessions=self.MAX_SESSIONS, **options)
+            self.started[key] = peer
+            peer.start()
+            peer.ready(PEER_START_TIMEOUT_S)
+        return self.started[key]
+
+    def stop(self) -> None:
+        for peer in self.started.values():
+            peer.stop()
+        for key, peer in self.started.items():
+            print(f"--- {peer.log_path.name} {dict(key)} (tail) ---\n{peer.log()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def omni_peers(omni_python, tmp_path_factory) -> Iterator[Peers]:
+    """omni_peers(**options) -> the run's peer with those options (``OmniPeer``'s, but max_sessions)."""
+    peers = Peers(tmp_path_factory.mktemp("omni-peers"))
+    yield peers
+    peers.stop()
+
+
+class Started:
+    """The ``duplex-agent serve`` processes a module started, stopped in reverse order; their log
+    tails go to the report."""
+
+    def __init__(self, folder) -> None:
+        self.folder = folder
+        self.processes: list[ServeProcess] = []
 
     def serve(self, *, plugin: str = "scripted", backend: str | None = None,
               extra: list[str] | None = None) -> ServeProcess:
@@ -68,17 +101,14 @@ class Started:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            if isinstance(process, ServeProcess):
-                _blocking(process.stop())
-            else:
-                process.stop()
+            _blocking(process.stop())
         for process in self.processes:
             print(f"--- {process.log_path.name} (tail) ---\n{process.log()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
 def started(omni_python, tmp_path_factory) -> Iterator[Started]:
-    processes = Started(tmp_path_factory.mktemp("omni-peer"))
+    processes = Started(tmp_path_factory.mktemp("serve"))
     yield processes
     processes.stop()
 

@@ -20,6 +20,10 @@ from tests.serve_process import REPO, STOP_TIMEOUT_S, environment, free_port  # 
 OMNI_PYTHON = REPO / ".venv-omni" / "bin" / "python"
 #: The peer imports vLLM and vLLM-Omni (about 40 s on an idle core); the loaded CI machine gets more.
 PEER_START_TIMEOUT_S = 300.0
+#: Words in the scripted replies the modules' peers say, so that modules share peers: short ones,
+#: and long ones (4.8 s) during which the peer is still generating when a caller talks over them.
+SHORT_WORDS = 3
+LONG_WORDS = 16
 
 
 def _environment() -> dict[str, str]:

@@ -138,9 +138,9 @@ INTENDED = [
 
 
 @pytest.fixture(scope="module")
-def servers(started):
+def servers(started, omni_peers):
     # Every case opens a session on each; closed ones free their slot at once, but leave room.
-    return started.peer(max_sessions=16), started.serve(plugin="scripted", extra=["--max-sessions", "16"])
+    return omni_peers(), started.serve(plugin="scripted", extra=["--max-sessions", "16"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

@@ -18,9 +18,9 @@ _DROPS = {"whole": "0", "dropped": "1", "silent": "silent1"}
 
 
 @pytest.fixture(scope="module")
-def reports(started, run_duplex_client) -> dict[tuple[str, str], dict]:
+def reports(started, omni_peers, run_duplex_client) -> dict[tuple[str, str], dict]:
     """(server, connection) -> the client's report: every run in one client process, side by side."""
-    servers = {"ours": started.serve(plugin="tests.remote.server_process.StoryPlugin"), "vllm-omni": started.peer()}
+    servers = {"ours": started.serve(plugin="tests.remote.server_process.StoryPlugin"), "vllm-omni": omni_peers()}
     runs = [(server, connection) for server in servers for connection in _DROPS]
     done = run_duplex_client([(servers[server].realtime_url, _DROPS[connection]) for server, connection in runs])
     return dict(zip(runs, done))

@@ -49,8 +49,8 @@ def tone_s(frames: list[np.ndarray], hz: float, window_s: float = 0.1) -> float:
 
 
 @pytest.fixture(scope="module")
-def peer(started):
-    return started.peer(tools=True, max_sessions=4)
+def peer(omni_peers):
+    return omni_peers(tools=True)
 
 
 async def test_a_livekit_caller_hears_the_answer_of_a_tool_the_model_called(peer, livekit_server,  # noqa: F811

@@ -1,7 +1,8 @@
 """Our remote backend against the real vLLM-Omni 0.30.0: caller -> ``serve --backend`` -> vLLM-Omni.
 
 The caller is a realtime-websocket client on our server; between our server and the peer sits
-a TCP relay a test can cut. Each test opens its own call on a stack started once per module.
+a TCP relay a test can cut. Each test opens its own call on a stack: its serve started once per module, its peer shared by
+the run (conftest).
 The asserts are vLLM-Omni's behaviour as a caller of ours should see it.
 """
 
@@ -16,7 +17,7 @@ import pytest
 from devtools.speech import speak
 from tests.conformance.omni_client import OmniClient
 from tests.omni_peer.caller import REPLY_TIMEOUT_S, acknowledge, next_reply, reply_tone_hz, say
-from tests.omni_peer.processes import OmniPeer
+from tests.omni_peer.processes import LONG_WORDS, SHORT_WORDS, OmniPeer
 from tests.serve_process import ServeProcess
 from tests.support.audio import tone
 from tests.support.waits import until
@@ -24,7 +25,6 @@ from tests.tcp_relay import RelayThread
 
 #: Each scripted word is 0.3 s of audio; "reply N" itself is not spoken.
 WORD_S = 0.3
-LONG_WORDS = 10
 
 
 @dataclass
@@ -35,30 +35,30 @@ class Stack:
     words: int
 
 
-def _stack(started, **peer_options) -> Stack:
-    peer = started.peer(**peer_options)
+def _stack(started, omni_peers, **peer_options) -> Stack:
+    peer = omni_peers(**peer_options)
     relay = RelayThread(peer.port).start()
     serve = started.serve(backend=f"ws://127.0.0.1:{relay.port}/v1/realtime?duplex=1")
     return Stack(peer, relay, serve, peer_options.get("words", 3))
 
 
 @pytest.fixture(scope="module")
-def stack24(started):
-    stack = _stack(started, sample_rate=24000, words=LONG_WORDS)
+def stack24(started, omni_peers):
+    stack = _stack(started, omni_peers, sample_rate=24000, words=LONG_WORDS)
     yield stack
     stack.relay.stop()
 
 
 @pytest.fixture(scope="module")
-def stack16(started):
-    stack = _stack(started, sample_rate=16000, words=3)
+def stack16(started, omni_peers):
+    stack = _stack(started, omni_peers, sample_rate=16000, words=SHORT_WORDS)
     yield stack
     stack.relay.stop()
 
 
 @pytest.fixture(scope="module")
-def stack_text_model(started):
-    stack = _stack(started, text_only=True, words=3)
+def stack_text_model(started, omni_peers):
+    stack = _stack(started, omni_peers, text_only=True, words=SHORT_WORDS)
     yield stack
     stack.relay.stop()
 

@@ -92,8 +92,8 @@ def _script() -> Script:
 
 
 @pytest.fixture(scope="module")
-def peer(started):
-    return started.peer(tools=True, max_sessions=16)
+def peer(omni_peers):
+    return omni_peers(tools=True)
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ CALL_ORDER = [p.ResponseCreated, p.ConversationItemAdded, p.ResponseOutputItemAd
 
 
 @pytest.fixture(scope="module")
-def peer(started):
-    return started.peer(tools=True, max_sessions=8)
+def peer(omni_peers):
+    return omni_peers(tools=True)
 
 
 @pytest.fixture

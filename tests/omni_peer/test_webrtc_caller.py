@@ -4,7 +4,8 @@ The caller is an aiortc peer (``tests.webrtc.client_peer``) on this machine's in
 skips loopback for ICE) that speaks Piper speech and hears the agent's Opus audio. Our server
 relays the call to the peer, whose server VAD takes the turns and whose scripted stages say
 ``reply N`` as tones at ``reply_tone_hz(N)``; what the scripted engine cores did is read on the
-peer's side from its engine record. Each test makes its own call on a stack started once per module.
+peer's side from its engine record. Each test makes its own call on a stack: its serve started once per module, its peer shared
+by the run (conftest).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from devtools.speech import speak
 from duplex_agent.webrtc.direct.host_address import interface_ipv4
 from tests.integration.conftest import Microphone
 from tests.omni_peer.caller import reply_tone_hz
-from tests.omni_peer.processes import OmniPeer
+from tests.omni_peer.processes import LONG_WORDS, SHORT_WORDS, OmniPeer
 from tests.serve_process import ServeProcess
 from tests.support.waits import until
 from tests.webrtc.client_peer import ClientPeer
@@ -32,9 +33,6 @@ LOUD_RMS = 0.02
 #: Frames the caller keeps listening after the agent says it is done: the last ones are on their way.
 TAIL_FRAMES = 30
 CALL_TIMEOUT_S = 60.0
-SHORT_WORDS = 3
-#: Long enough (4.8 s) that the peer is still generating when the caller talks over it.
-LONG_WORDS = 16
 
 
 def frame_pitch_hz(frame: np.ndarray) -> float:
@@ -92,13 +90,13 @@ async def calls():
 
 
 @pytest.fixture(scope="module")
-def stacks(started):
+def stacks(started, omni_peers):
     """rate -> (the peer speaking at that rate, our serve in front of it)."""
     made: dict[int, tuple[OmniPeer, ServeProcess]] = {}
 
     def stack(rate: int) -> tuple[OmniPeer, ServeProcess]:
         if rate not in made:
-            peer = started.peer(sample_rate=rate, words=LONG_WORDS if rate == 24000 else SHORT_WORDS)
+            peer = omni_peers(sample_rate=rate, words=LONG_WORDS if rate == 24000 else SHORT_WORDS)
             made[rate] = peer, started.serve(backend=peer.realtime_url)
         return made[rate]
 
