@@ -16,7 +16,7 @@ LIVEKIT_PORT ?= 7880
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
-.PHONY: run livekit-dev livekit-agents-dev test test-venv suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
+.PHONY: run livekit-dev livekit-agents-dev test test-venv test-venv-lint suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -108,15 +108,18 @@ livekit-agents-dev: install
 # The whole suite runs as two pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.
 # The installs run side by side where they can: the project's venv (dev extra, then moshi: both
-# install into .venv, so one after the other), the vLLM-Omni venv and the Debian packages. Lint and
-# types run before the suite: beside it, a cold mypy's minute of CPU slowed the first real-time tests.
+# install into .venv, so one after the other) and then lint and types on it, beside the vLLM-Omni
+# venv (the longest install) and the Debian packages. All of it ends before the suite starts: beside
+# the suite, a cold mypy's minute of CPU slowed the first real-time tests.
 test:
-	$(MAKE) --no-print-directory -j3 test-venv omni-venv system-deps
-	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory -j3 test-venv-lint omni-venv system-deps
 	$(MAKE) --no-print-directory suite
 
 test-venv: install-dev
 	$(MAKE) --no-print-directory install-moshi
+
+test-venv-lint: test-venv
+	$(MAKE) --no-print-directory lint
 
 suite:
 	HF_HUB_OFFLINE=1 $(BIN)/python -m $(if $(PYTEST_ARGS),pytest -q $(PYTEST_ARGS),devtools.split_suite -q)
