@@ -81,3 +81,71 @@ async def test_an_sdk_request_waiting_for_its_callback_is_not_woken_for_the_call
     finally:
         FfiClient.instance.queue.unsubscribe(request)
         router.forget_stream(770003)
+
+
+class _Room:
+    """What own_room reads off a connected SDK room; its queue is subscribed as Room.connect subscribes it."""
+
+    def __init__(self, handle: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ffi_queue = FfiClient.instance.queue.subscribe(
+            self._loop, filter_fn=lambda e: e.WhichOneof("message") not in ("audio_stream_event", "video_stream_event"))
+        self._ffi_handle = type("Handle", (), {"handle": handle})()
+        self.local_participant = type("Participant", (), {"_ffi_handle": type("Handle", (), {"handle": handle + 1})()})()
+        self._task = self._loop.create_future()
+
+    def isconnected(self) -> bool:
+        return True
+
+
+def _room_event(handle: int, kind: str, identity: str) -> ffi_pb2.FfiEvent:
+    event = ffi_pb2.FfiEvent()
+    event.room_event.room_handle = handle
+    if kind == "participant_connected":
+        event.room_event.participant_connected.info.info.identity = identity
+    else:
+        event.room_event.participant_attributes_changed.participant_identity = identity
+    return event
+
+
+async def test_a_room_taken_over_while_the_loops_inbox_is_busy_gets_its_events_in_the_sdks_order():
+    router = FfiRouter.shared()
+    busy = _Stream(770004)
+    router.own_stream(busy)
+    room = _Room(660004)
+    try:
+        # What the SDK's callback thread delivers while the room's loop is busy (here: this test,
+        # which does not yield until all is done) and the room is taken over: another call's frame
+        # (the loop's inbox now has a batch scheduled), the agent joining (the SDK delivers it to the
+        # room's own queue: not routed yet), the switch, then the agent's attributes (routed).
+        put = FfiClient.instance.queue.put
+        put(_frame_event(770004, 1))
+        put(_room_event(660004, "participant_connected", "agent"))
+        router.own_room(room)
+        put(_room_event(660004, "participant_attributes_changed", "agent"))
+        got = [(await asyncio.wait_for(room._ffi_queue.get(), 5)).room_event.WhichOneof("message") for _ in range(2)]
+        assert got == ["participant_connected", "participant_attributes_changed"]
+    finally:
+        room._task.set_result(None)
+        router.forget_stream(770004)
+
+
+async def test_a_stream_taken_over_while_the_loops_inbox_is_busy_gets_its_frames_in_order():
+    router = FfiRouter.shared()
+    busy = _Stream(770005)
+    router.own_stream(busy)
+    stream = _Stream(770006)
+    stream._ffi_queue = FfiClient.instance.queue.subscribe(  # as an SDK stream keeps its own frames
+        stream._loop, filter_fn=lambda e: e.audio_stream_event.stream_handle == 770006)
+    try:
+        put = FfiClient.instance.queue.put  # as above: all before the loop runs again
+        put(_frame_event(770005, 1))
+        put(_frame_event(770006, 1))  # to the stream's own queue: not routed yet
+        router.own_stream(stream)
+        put(_frame_event(770006, 2))  # routed, riding the busy batch
+        got = [(await asyncio.wait_for(stream._ffi_queue.get(), 5)).audio_stream_event.frame_received.frame.handle.id
+               for _ in range(2)]
+        assert got == [1, 2]
+    finally:
+        router.forget_stream(770005)
+        router.forget_stream(770006)

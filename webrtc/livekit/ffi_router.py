@@ -46,7 +46,7 @@ _EARLY_KEPT = 256
 #: Callbacks a room's local participant awaits through its room's listener (``Room._room_queue``).
 _ROOM_CALLBACKS = frozenset({"publish_track", "unpublish_track"})
 
-_Target = tuple["_Inbox", Queue[Any]]
+_Target = tuple["_Inbox", "_Gate"]
 
 #: How long interpreter exit waits for livekit's threads to leave their callbacks into Python.
 CALLBACK_DRAIN_TIMEOUT_S = 2.0
@@ -165,10 +165,13 @@ class FfiRouter:
         assert room._ffi_handle is not None  # a connected room holds its handle
         room_handle = room._ffi_handle.handle
         participant_handle = room.local_participant._ffi_handle.handle
-        target = (self._inbox(room._loop), room._ffi_queue)
-        # Under the SDK's dispatch lock, as in own_stream: every event reaches the queue once.
+        gate = _Gate(room._ffi_queue)
+        target = (self._inbox(room._loop), gate)
+        # Under the SDK's dispatch lock, as in own_stream: every event reaches the queue once, and
+        # what the SDK scheduled for it before the switch lands before anything routed since.
         with FfiClient.instance.queue._lock:
             FfiClient.instance.queue.unsubscribe(room._ffi_queue)
+            room._loop.call_soon(gate.open)
             with self._lock:
                 self._rooms[room_handle] = target
                 self._participants[participant_handle] = target
@@ -185,17 +188,15 @@ class FfiRouter:
         queue: Queue[Any] = Queue()
         inbox = self._inbox(loop)
         old, stream._ffi_queue = stream._ffi_queue, queue
+        gate = _Gate(queue, moved_from=old)
         # Switch over under the SDK's dispatch lock (taken before ours, as its callback thread
         # does): every event then reaches exactly one of the two queues, none is lost or doubled
         # (a frame seen twice would free its native buffer twice).
         with FfiClient.instance.queue._lock:
             FfiClient.instance.queue.unsubscribe(old)
-            # Events the SDK put on the old queue before it was unsubscribed are already
-            # scheduled on this loop; move them over once they have landed, before any routed
-            # since (scheduled here, under the lock, ahead of the first batch for the new queue).
-            loop.call_soon(_move, old, queue)
+            loop.call_soon(gate.open)
             with self._lock:
-                self._streams[stream._ffi_handle.handle] = (inbox, queue)
+                self._streams[stream._ffi_handle.handle] = (inbox, gate)
 
     def forget_stream(self, handle: int) -> None:
         with self._lock:
@@ -225,6 +226,36 @@ class FfiRouter:
                     del self._inboxes[closed]
                 inbox = self._inboxes[loop] = _Inbox(loop)
             return inbox
+
+
+class _Gate:
+    """The queue of a stream or room the router has just taken over, shut until the events the SDK
+    had already scheduled for it (before the switch, under its dispatch lock) have landed.
+
+    Those come through the loop's ready callbacks; a routed event comes in the loop's inbox, whose
+    batch may have been scheduled earlier still, for another stream or room of the same loop. Let
+    through at once, it would overtake them: a room told of a participant's attributes before the
+    participant itself fails on that event in the SDK's listener. So routed events wait here until
+    ``open``, which the switch schedules after those deliveries."""
+
+    def __init__(self, queue: Queue[Any], moved_from: Queue[Any] | None = None) -> None:
+        self.queue = queue
+        self._moved_from = moved_from  # a replaced queue, whose events go first
+        self._held: list[Any] | None = []
+
+    def put_nowait(self, event: Any) -> None:
+        if self._held is None:
+            self.queue.put_nowait(event)
+        else:
+            self._held.append(event)
+
+    def open(self) -> None:
+        if self._moved_from is not None:
+            while not self._moved_from.empty():
+                self.queue.put_nowait(self._moved_from.get_nowait())
+        held, self._held = self._held or [], None
+        for event in held:
+            self.queue.put_nowait(event)
 
 
 class _Inbox:
@@ -258,13 +289,8 @@ class _Inbox:
             deliver(into, event)
 
 
-def _move(old: Queue[Any], new: Queue[Any]) -> None:
-    while not old.empty():
-        new.put_nowait(old.get_nowait())
-
-
-def _put(queue: Queue[Any], event: Any) -> None:
-    queue.put_nowait(event)
+def _put(gate: _Gate, event: Any) -> None:
+    gate.put_nowait(event)
 
 
 def _resolve(future: asyncio.Future[Any], event: Any) -> None:
