@@ -22,10 +22,13 @@ def reply_heard(heard: str, reply: str, share: float = HEARD_SHARE) -> bool:
 
 
 def heard_to_the_end(heard: str, said: str, share: float = HEARD_SHARE) -> bool:
-    """``reply_heard``, and its last word among them: what was said reached the caller whole,
-    not cut before its end."""
-    last = words(said)[-1:]
-    return reply_heard(heard, said, share) and set(last) <= set(words(heard))
+    """``reply_heard``, and its last word among them or as many words heard as were said: what was
+    said reached the caller whole, not cut before its end. (Whisper now and then writes a reply's
+    last word as another, "Have a nice day" as "Have a nice night" on a phone line; a reply cut
+    short loses words.)"""
+    said_words, heard_words = words(said), words(heard)
+    whole = set(said_words[-1:]) <= set(heard_words) or len(heard_words) >= len(said_words)
+    return reply_heard(heard, said, share) and whole
 
 
 def phone_heard(call, since: float = 0.0, until: float | None = None) -> str:
