@@ -63,14 +63,17 @@ async def test_the_agent_transfers_a_caller_who_asks_for_a_person_and_hangs_up_a
         assert heard_to_the_end(announced, TRANSFER_ANNOUNCEMENT), f"the announcement was not all heard: {announced}"
         await until(lambda: job_ended(livekit_server, "transfer-call"), 30, "the transferred call's job to end")
 
-        # "That's all, thanks": a goodbye, heard whole, then the agent hangs up.
+        # A goodbye, heard whole, then the agent hangs up. The caller says more than "That's all,
+        # thanks.": on the phone line Silero scores that short phrase near the phone threshold, so
+        # whether it starts a turn depends on where the 32 ms windows fall on it (a replayed
+        # failing call missed its "That's all" at 25 of 32 window phases and heard "Thank").
         asked_before = len(seen)
         await livekit_server.create_dispatch("done-call", AGENT_NAME, DialRequest(DONE, trunk).to_metadata())
         await until(lambda: len(seen) > asked_before and replied_and_quiet(livekit_server.sip_call_to(DONE)), 120,
                     "the agent's answer to the phone's hello, played out")
         call = livekit_server.sip_call_to(DONE)
         asked = call.heard[-1].at
-        await livekit_server.phone_say(call.call_id, speak("That's all, thanks.", 48000, after_ms=500))
+        await livekit_server.phone_say(call.call_id, speak("That's all, thank you. Goodbye.", 48000, after_ms=500))
         try:
             await until(lambda: livekit_server.sip_call_to(DONE).ended_at is not None, 120, "the agent to hang up")
         except AssertionError as exc:
