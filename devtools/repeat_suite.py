@@ -74,7 +74,8 @@ def main() -> int:
     parser.add_argument("--busy-loops", type=int, default=0, help="CPU hogs beside the suite")
     parser.add_argument("pytest_args", nargs="*", help="after --: one pytest run of these instead of the suite")
     args = parser.parse_args()
-    hogs = [subprocess.Popen(["sh", "-c", "yes > /dev/null"]) for _ in range(args.busy_loops)]
+    # `yes` itself, not a shell running it: killing a shell leaves its `yes` spinning after the runs.
+    hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(args.busy_loops)]
     counts: Counter[str] = Counter()
     try:
         for i in range(1, args.runs + 1):
