@@ -2,10 +2,11 @@
 
 The peer needs ``.venv-omni`` (``make omni-venv``; ``make test`` builds it). When it is missing
 the first test that needs it builds it, and skips with the reason if that fails. Peers and
-servers are started once per module, and peers once per run for each set of options: a peer's
-start imports vLLM, seconds of CPU that the lane's real-time tests would otherwise share. Each test
-opens its own sessions on them, so a shared peer's record holds other modules' sessions too, and a
-test reads only its own lines of it.
+servers are started once per module, and peers once for this folder's tests for each set of options:
+a peer's start imports vLLM, seconds of CPU that the lane's real-time tests would otherwise share.
+They stop when this folder's tests are done: an idle vLLM-Omni server still polls for engine output
+every millisecond, CPU the lane's later tests need. Each test opens its own sessions on them,
+so a shared peer's record holds other modules' sessions too, and a test reads only its own lines of it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _blocking(coroutine: Coroutine):
 
 
 class Peers:
-    """The run's vLLM-Omni peers, one per set of options, each started on first use.
+    """This folder's vLLM-Omni peers, one per set of options, each started on first use.
 
     Every one has room for ``MAX_SESSIONS``: a session whose socket was only dropped stays for the
     peer's resume grace, and modules come one after another on the same peer."""
@@ -73,9 +74,9 @@ class Peers:
             print(f"--- {peer.log_path.name} {dict(key)} (tail) ---\n{peer.log()[-3000:]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def omni_peers(omni_python, tmp_path_factory) -> Iterator[Peers]:
-    """omni_peers(**options) -> the run's peer with those options (``OmniPeer``'s, but max_sessions)."""
+    """omni_peers(**options) -> this folder's peer with those options (``OmniPeer``'s, but max_sessions)."""
     peers = Peers(tmp_path_factory.mktemp("omni-peers"))
     yield peers
     peers.stop()
