@@ -65,8 +65,7 @@ async def test_the_agent_transfers_a_caller_who_asks_for_a_person_and_hangs_up_a
 
         # A goodbye, heard whole, then the agent hangs up. The caller says more than "That's all,
         # thanks.": on the phone line Silero scores that short phrase near the phone threshold, so
-        # whether it starts a turn depends on where the 32 ms windows fall on it (a replayed
-        # failing call missed its "That's all" at 25 of 32 window phases and heard "Thank").
+        # whether it starts a turn depends on where the 32 ms windows fall on it.
         asked_before = len(seen)
         await livekit_server.create_dispatch("done-call", AGENT_NAME, DialRequest(DONE, trunk).to_metadata())
         await until(lambda: len(seen) > asked_before and replied_and_quiet(livekit_server.sip_call_to(DONE)), 120,
