@@ -17,6 +17,7 @@ import aiohttp
 
 from duplex_agent.agent.app.settings import Settings
 from duplex_agent.agent.telephony.dial_request import DEFAULT_RINGING_TIMEOUT_S, DialRequest, DialRequestError
+from duplex_agent.agent.telephony.quiet_answer import DEFAULT_QUIET_ANSWER_S
 
 
 def add_dial_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,11 @@ def add_dial_arguments(parser: argparse.ArgumentParser) -> None:
                       help="seconds the call may last at most (0: no limit); default: %(default)s")
     call.add_argument("--agent-speaks-first", action="store_true",
                       help="the agent says --greeting as soon as the call is answered")
-    call.add_argument("--greeting", default="", help="what --agent-speaks-first says")
+    call.add_argument("--greeting", default="",
+                      help="what --agent-speaks-first says, and what the agent says into a quiet line")
+    call.add_argument("--quiet-answer", type=float, default=DEFAULT_QUIET_ANSWER_S,
+                      help="answered, and no one speaks for this many seconds: the agent speaks first "
+                           "(--greeting, or a short hello; 0: never); default: %(default)s")
     call.add_argument("--voicemail", choices=("hang_up", "leave_message"), default="",
                       help="when voicemail answers: hang up, or leave --voicemail-message after the beep "
                            "(default: talk to it as to a person)")
@@ -42,7 +47,8 @@ def add_dial_arguments(parser: argparse.ArgumentParser) -> None:
 def dial_request(args: argparse.Namespace) -> DialRequest:
     return DialRequest(number=args.number, trunk=args.trunk, caller_id=args.caller_id, dtmf=args.dtmf,
                        ringing_timeout_s=args.ringing_timeout, max_duration_s=args.max_duration,
-                       agent_speaks_first=args.agent_speaks_first, greeting=args.greeting, voicemail=args.voicemail,
+                       agent_speaks_first=args.agent_speaks_first, greeting=args.greeting,
+                       quiet_answer_s=args.quiet_answer, voicemail=args.voicemail,
                        voicemail_message=args.voicemail_message)
 
 

@@ -2,7 +2,8 @@
 
 The room call starts first, serving only the dialled party: LiveKit puts them in the room
 while it dials, so the agent is listening before they answer. Answered, the call ends when
-they hang up, and the agent may say a greeting first. A voicemail box is hung up on, or left
+they hang up, and the agent may say a greeting first; it speaks first anyway when no one has
+spoken for a while after the answer. A voicemail box is hung up on, or left
 the request's message after its beep. The model says a greeting or a message itself (its
 ``speaks_given_text``); a model that cannot has the call refused before anyone is dialled.
 Not answered (busy, declined, no answer, an unknown trunk...), the reason goes to the log as one line, to /metrics
@@ -12,6 +13,7 @@ Not answered (busy, declined, no answer, an unknown trunk...), the reason goes t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -24,6 +26,7 @@ from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.telephony.amd import Verdict
 from duplex_agent.agent.telephony.dial_outcome import DialFailed
 from duplex_agent.agent.telephony.dial_request import DialRequest
+from duplex_agent.agent.telephony.quiet_answer import PROMPT
 from duplex_agent.webrtc.livekit.room import LiveKitRoomCall
 from duplex_agent.webrtc.livekit.sip_dial import place_call
 
@@ -54,6 +57,7 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     log.info("room %s: %s answered after %.1f s (SIP call %s)", room, request.number,
              time.monotonic() - placed, info.sip_call_id)
     answered = time.monotonic()
+    answered_on_loop = asyncio.get_running_loop().time()
 
     def far_end_left(during_greeting: bool) -> None:
         if not during_greeting:  # the call's own end: "caller ... left" says it
@@ -69,9 +73,18 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     call.on_wanted_caller_left = far_end_left
     call.end_once_served()
     if request.voicemail:
-        await screen_for_voicemail(lkapi, call, request)
+        await screen_for_voicemail(lkapi, call, request, answered_on_loop)
     elif request.agent_speaks_first:
         call.speak_first(request.greeting)
+    else:
+        speak_into_quiet(call, request, answered_on_loop)
+
+
+def speak_into_quiet(call: LiveKitRoomCall, request: DialRequest, answered: float) -> None:
+    """The agent speaks first if the answered line stays quiet (``quiet_answer.py``), when the
+    request allows it and the model can say a given text (one that cannot answers when spoken to)."""
+    if request.quiet_answer_s > 0 and call.backend.capabilities.speaks_given_text:
+        call.speak_if_quiet(request.greeting or PROMPT, request.quiet_answer_s, since=answered)
 
 
 def unsayable(call: LiveKitRoomCall, request: DialRequest) -> str | None:
@@ -85,8 +98,10 @@ def unsayable(call: LiveKitRoomCall, request: DialRequest) -> str | None:
             f"{' and '.join(asks)} need")
 
 
-async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest) -> None:
-    """Tell a person from a voicemail box, then follow the request's policy."""
+async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRequest,
+                               answered: float) -> None:
+    """Tell a person from a voicemail box, then follow the request's policy (``answered``: the
+    answer's loop time)."""
     screen = VoicemailScreen()
     call.caller_audio_tap = screen.push
     room = call.room.name
@@ -99,6 +114,8 @@ async def screen_for_voicemail(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, req
         call.caller_audio_tap = None
         if request.agent_speaks_first:
             call.speak_first(request.greeting)
+        else:
+            speak_into_quiet(call, request, answered)
         return
     left = "hung up"
     if request.voicemail == "leave_message":

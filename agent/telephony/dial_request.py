@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from duplex_agent.agent.telephony.quiet_answer import DEFAULT_QUIET_ANSWER_S
 from duplex_agent.plugins.contract.say import MAX_SAY_CHARS
 
 #: E.164: a plus, a country code that does not start with 0, at most 15 digits in all.
@@ -21,6 +22,8 @@ DIAL_KEYS = frozenset("0123456789*#ABCDw")
 DEFAULT_RINGING_TIMEOUT_S = 30.0
 #: What to do when a machine answers an outbound call.
 VOICEMAIL_POLICIES = ("", "hang_up", "leave_message")
+#: The longest an answered call may be left quiet before the agent speaks.
+MAX_QUIET_ANSWER_S = 60.0
 
 
 class DialRequestError(ValueError):
@@ -43,8 +46,11 @@ class DialRequest:
     #: The agent speaks as soon as the far end answers, instead of waiting to be spoken to: it
     #: says ``greeting``, in the model's voice.
     agent_speaks_first: bool = False
-    #: What the agent says first (``agent_speaks_first``).
+    #: What the agent says first (``agent_speaks_first``, or into a quiet line).
     greeting: str = ""
+    #: Answered, and no one speaks for this long: the agent speaks first (the greeting, or a
+    #: short "Hello?"). 0: the agent waits to be spoken to.
+    quiet_answer_s: float = DEFAULT_QUIET_ANSWER_S
     #: The called party's identity in the room; empty: LiveKit's ``sip_<number>``.
     identity: str = ""
     #: When voicemail answers: "" (treat it as a person), ``hang_up``, or ``leave_message``.
@@ -65,6 +71,9 @@ class DialRequest:
             problems.append(f"DTMF may hold only 0-9 * # A-D and w (a pause), not {''.join(bad_keys)!r}")
         if not 1.0 <= self.ringing_timeout_s <= 80.0:
             problems.append(f"the ringing timeout must be 1-80 s, not {self.ringing_timeout_s:g}")
+        if not 0.0 <= self.quiet_answer_s <= MAX_QUIET_ANSWER_S:
+            problems.append(f"the quiet answer wait must be 0-{MAX_QUIET_ANSWER_S:g} s (0: never speak first), "
+                            f"not {self.quiet_answer_s:g}")
         if self.max_duration_s < 0:
             problems.append("the maximum duration cannot be negative")
         if self.voicemail not in VOICEMAIL_POLICIES:

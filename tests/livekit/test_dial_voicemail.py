@@ -1,5 +1,6 @@
 """A dial request that screens for voicemail: a voicemail box is hung up on within seconds of its
-greeting's start; a person who answers is left to talk."""
+greeting's start; a person who answers is left to talk, and one who answers and says nothing is
+spoken to first."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 
 from devtools.livekit_server.sip import Phone
 from devtools.phone_greetings import MACHINE_GREETINGS, beep, quiet
-from devtools.speech import espeak, speak
+from devtools.speech import espeak, speak, words
+from duplex_agent.agent.telephony.amd import NO_GREETING_S
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.support.heard import heard_to_the_end, phone_heard
@@ -17,9 +19,29 @@ from tests.support.waits import until
 
 MACHINE = "+15551230003"
 PERSON = "+15551230004"
+SAYS_NOTHING = "+15551230007"
+QUIET = "+15551230008"
 
 
-async def test_voicemail_is_hung_up_on_and_a_person_is_not(livekit_server, ready_worker):
+def loud_since(call, since: float) -> list[float]:
+    return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
+
+
+def agent_spoke(call) -> bool:
+    """The phone heard the agent, and then a second with nothing loud."""
+    return call is not None and bool(loud_since(call, 0.0)) and call.heard[-1].at - loud_since(call, 0.0)[-1] > 1.0
+
+
+def spoken_to_first(server, number: str, waited_s: float) -> None:
+    """The phone at ``number``, which said nothing, heard the agent ask whether it can be heard,
+    and not before ``waited_s`` after it answered."""
+    call = server.sip_call_to(number)
+    heard = words(phone_heard(call))
+    assert "hear" in heard, heard
+    assert loud_since(call, 0.0)[0] - call.answered_at >= waited_s, loud_since(call, 0.0)[0] - call.answered_at
+
+
+async def test_voicemail_is_hung_up_on_and_a_person_is_not_even_one_who_says_nothing(livekit_server, ready_worker):
     worker = await ready_worker()
     trunk = await livekit_server.add_sip_trunk()
     greeting = np.concatenate([quiet(0.3), espeak(MACHINE_GREETINGS[2], 48000), quiet(0.4), beep(), quiet(2.0)])
@@ -43,6 +65,15 @@ async def test_voicemail_is_hung_up_on_and_a_person_is_not(livekit_server, ready
     person = livekit_server.sip_call_to(PERSON)
     assert person is not None and person.ended_at is None
     await livekit_server.phone_hang_up(person.call_id)
+
+    # A person who answers and says nothing: screened as a person once the line was quiet for
+    # the screen's wait, which is longer than the request's, so the agent speaks at once.
+    request = DialRequest(SAYS_NOTHING, trunk, voicemail="hang_up", quiet_answer_s=2.0)
+    await livekit_server.add_phone(SAYS_NOTHING, Phone(rings_for_s=0.5, noise_dbfs=-45.0))
+    await livekit_server.create_dispatch("says-nothing-call", AGENT_NAME, request.to_metadata())
+    await until(lambda: agent_spoke(livekit_server.sip_call_to(SAYS_NOTHING)), 60, "the agent to speak first")
+    spoken_to_first(livekit_server, SAYS_NOTHING, NO_GREETING_S)
+    await livekit_server.phone_hang_up(livekit_server.sip_call_to(SAYS_NOTHING).call_id)
     assert "Traceback" not in worker.log()
 
 
@@ -52,11 +83,7 @@ MESSAGE = "This is the dental office. Please call us back about your appointment
 GREETING = "Hello, this is the pharmacy calling about your prescription."
 
 
-def loud_since(call, since: float) -> list[float]:
-    return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
-
-
-async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_hears_the_greeting(
+async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_is_greeted(
         livekit_server, ready_worker):
     worker = await ready_worker()
     trunk = await livekit_server.add_sip_trunk()
@@ -83,13 +110,17 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_hea
     request = DialRequest(SILENT, trunk, agent_speaks_first=True, greeting=GREETING)
     await livekit_server.create_dispatch("greet-call", AGENT_NAME, request.to_metadata())
 
-    def greeted() -> bool:
-        call = livekit_server.sip_call_to(SILENT)
-        return call is not None and bool(loud_since(call, 0.0)) and call.heard[-1].at - loud_since(call, 0.0)[-1] > 1.0
-
-    await until(greeted, 120, "the agent's greeting, said to its end")
+    await until(lambda: agent_spoke(livekit_server.sip_call_to(SILENT)), 120, "the agent's greeting, said to its end")
     person = livekit_server.sip_call_to(SILENT)
     heard = phone_heard(person)
     assert heard_to_the_end(heard, GREETING), heard
     await livekit_server.phone_hang_up(person.call_id)
+
+    # A person who answers and waits, on a call with no greeting to say: once the line has been
+    # quiet for the request's wait, the agent asks whether it can be heard.
+    await livekit_server.add_phone(QUIET, Phone(rings_for_s=0.5))
+    await livekit_server.create_dispatch("quiet-call", AGENT_NAME, DialRequest(QUIET, trunk, quiet_answer_s=2.0).to_metadata())
+    await until(lambda: agent_spoke(livekit_server.sip_call_to(QUIET)), 60, "the agent to speak into the quiet line")
+    spoken_to_first(livekit_server, QUIET, 2.0)
+    await livekit_server.phone_hang_up(livekit_server.sip_call_to(QUIET).call_id)
     assert "Traceback" not in worker.log()

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 from livekit import api
 
+from duplex_agent.agent.app.dial_command import add_dial_arguments, dial_request
 from duplex_agent.agent.telephony.dial_outcome import DialFailed
 from duplex_agent.agent.telephony.dial_request import DialRequest, DialRequestError, dial_request_of
+from duplex_agent.agent.telephony.quiet_answer import DEFAULT_QUIET_ANSWER_S
 from duplex_agent.webrtc.livekit.sip_dial import create_request, place_call
 
 
 def test_metadata_round_trip_and_the_livekit_request():
     request = DialRequest("+15551234567", "ST_abc", caller_id="+15550001111", dtmf="123w#",
                           ringing_timeout_s=12, max_duration_s=600, agent_speaks_first=True,
-                          greeting="Hello, this is the clinic.")
+                          greeting="Hello, this is the clinic.", quiet_answer_s=2.5)
     assert dial_request_of(request.to_metadata()) == request
     create = create_request("room-1", request)
     assert (create.sip_call_to, create.sip_trunk_id, create.sip_number, create.dtmf) == \
@@ -36,6 +39,8 @@ def test_metadata_without_a_call_is_not_a_dial_job():
     ({"number": "+15551234567", "trunk": ""}, "trunk"),
     ({"number": "+15551234567", "trunk": "ST_a", "dtmf": "12x"}, "'x'"),
     ({"number": "+15551234567", "trunk": "ST_a", "ringing_timeout_s": 0.1}, "ringing timeout"),
+    ({"number": "+15551234567", "trunk": "ST_a", "quiet_answer_s": -1}, "quiet answer"),
+    ({"number": "+15551234567", "trunk": "ST_a", "quiet_answer_s": 600}, "quiet answer"),
     ({"number": "+15551234567", "trunk": "ST_a", "voicemail": "leave_message"}, "message"),
     ({"number": "+15551234567", "trunk": "ST_a", "agent_speaks_first": "yes"}, "bool"),
     ({"number": "+15551234567", "trunk": "ST_a", "agent_speaks_first": True}, "needs the greeting"),
@@ -47,6 +52,15 @@ def test_metadata_without_a_call_is_not_a_dial_job():
 def test_a_bad_request_says_what_to_fix(fields, says):
     with pytest.raises(DialRequestError, match=says):
         dial_request_of(json.dumps({"dial": fields}))
+
+
+def test_the_dial_command_line_sets_the_quiet_answer_wait():
+    parser = argparse.ArgumentParser()
+    add_dial_arguments(parser)
+    assert dial_request(parser.parse_args(["+15551234567", "--trunk", "ST_a"])).quiet_answer_s == DEFAULT_QUIET_ANSWER_S
+    assert dial_request(parser.parse_args(["+15551234567", "--trunk", "ST_a", "--quiet-answer", "0"])).quiet_answer_s == 0
+    with pytest.raises(DialRequestError, match="quiet answer"):
+        dial_request(parser.parse_args(["+15551234567", "--trunk", "ST_a", "--quiet-answer", "-2"]))
 
 
 class _RefusingSip:

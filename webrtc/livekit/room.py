@@ -35,6 +35,7 @@ from livekit import api, rtc
 from duplex_agent.agent.protocol import events as p
 from duplex_agent.agent.protocol.codec import encode_event
 from duplex_agent.agent.session.ports import AdmissionError, Conversation, DuplexBackend
+from duplex_agent.agent.telephony.quiet_answer import QuietLine
 from duplex_agent.agent.tools.call_info import CallInfo
 from duplex_agent.webrtc.livekit.call_control import FAR_END_HOLDS_S, LiveKitCallControl
 from duplex_agent.webrtc.livekit.ffi_audio import AgentVoiceSource, CallerAudioStream
@@ -126,6 +127,9 @@ class LiveKitRoomCall:
         self._wanted_served = False
         self._greeting: str | None = None  # said as soon as the wanted caller's conversation opens
         self._greeting_task: asyncio.Task[bool] | None = None
+        self._quiet = QuietLine(lambda: asyncio.get_running_loop().time())
+        self._conversation_opened = asyncio.Event()
+        self._conversation_opened_at = 0.0  # loop time
         #: Called with whether the agent's greeting was still being said, when the wanted caller
         #: leaves (an outbound call's far end hanging up), before their call is ended.
         self.on_wanted_caller_left: Callable[[bool], None] | None = None
@@ -240,6 +244,21 @@ class LiveKitRoomCall:
         else:
             self._greeting = greeting
 
+    def speak_if_quiet(self, text: str, after_s: float, *, since: float) -> None:
+        """The model says ``text`` if no one speaks for ``after_s`` from ``since`` (loop time: an
+        outbound call's answer), or from the caller's conversation opening when that is later."""
+        task = asyncio.create_task(self._speak_if_quiet(text, after_s, since), name="livekit-quiet-answer")
+        self._side_tasks.append(task)
+
+    async def _speak_if_quiet(self, text: str, after_s: float, since: float) -> None:
+        await self._conversation_opened.wait()
+        if not await self._quiet.quiet_for(after_s, since=max(since, self._conversation_opened_at)):
+            return
+        if self.path is not None:
+            log.info("room %s: no one spoke for %g s after the answer; the agent speaks first", self.room.name,
+                     after_s)
+            await self.path.say(text)
+
     def _greeting_unfinished(self) -> bool:
         return self._greeting is not None or (self._greeting_task is not None and not self._greeting_task.done())
 
@@ -319,6 +338,8 @@ class LiveKitRoomCall:
         )
         self._conversation_open = True
         await self.path.start()
+        self._conversation_opened_at = asyncio.get_running_loop().time()
+        self._conversation_opened.set()
         greet: asyncio.Task[bool] | None = None
         if self._greeting is not None:
             greeting, self._greeting = self._greeting, None
@@ -454,6 +475,7 @@ class LiveKitRoomCall:
         return attributes
 
     def _on_event(self, event: p.ServerEvent) -> None:
+        self._quiet.observe(event)
         if isinstance(event, p.ResponseTranscriptDelta):
             self._deltas.hold(event)
             return
