@@ -56,13 +56,12 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     metrics.DIAL_OUTCOMES.labels("answered").inc()
     log.info("room %s: %s answered after %.1f s (SIP call %s)", room, request.number,
              time.monotonic() - placed, info.sip_call_id)
-    answered = time.monotonic()
-    answered_on_loop = asyncio.get_running_loop().time()
+    answered = asyncio.get_running_loop().time()  # the loop's clock, which the quiet-line wait reads too
 
     def far_end_left(during_greeting: bool) -> None:
         if not during_greeting:  # the call's own end: "caller ... left" says it
             return
-        after = time.monotonic() - answered
+        after = asyncio.get_running_loop().time() - answered
         # A hang-up before the greeting was heard whole is an outcome of its own: a dashboard
         # tells it from calls that were answered and talked.
         metrics.DIAL_OUTCOMES.labels("hung_up_during_greeting").inc()
@@ -73,11 +72,11 @@ async def dial_out(lkapi: api.LiveKitAPI, call: LiveKitRoomCall, request: DialRe
     call.on_wanted_caller_left = far_end_left
     call.end_once_served()
     if request.voicemail:
-        await screen_for_voicemail(lkapi, call, request, answered_on_loop)
+        await screen_for_voicemail(lkapi, call, request, answered)
     elif request.agent_speaks_first:
         call.speak_first(request.greeting)
     else:
-        speak_into_quiet(call, request, answered_on_loop)
+        speak_into_quiet(call, request, answered)
 
 
 def speak_into_quiet(call: LiveKitRoomCall, request: DialRequest, answered: float) -> None:

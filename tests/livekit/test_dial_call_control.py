@@ -5,27 +5,19 @@ phone's own record says what it heard and when it was transferred or hung up on.
 
 from __future__ import annotations
 
-import numpy as np
-
 from devtools.livekit_server.sip import Phone
 from devtools.speech import speak
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.livekit.test_dial_out import job_ended, metrics
 from tests.support.chat_stub import GOODBYE, TRANSFER_ANNOUNCEMENT, start_server, tool_calling_reply
-from tests.support.heard import heard_to_the_end, phone_heard
+from tests.support.heard import heard_to_the_end, phone_heard, replied_and_quiet
 from tests.support.ports import free_port
 from tests.support.waits import until
 
 ASKS_FOR_A_PERSON = "+15551230011"
 DONE = "+15551230012"
 DESK = "+15558880000"
-
-
-def replied_and_quiet(call, quiet_s: float = 1.0) -> bool:
-    """The phone heard the agent speak, and nothing for ``quiet_s`` since."""
-    loud = [h.at for h in call.heard if float(np.abs(h.samples).max()) > 0.05] if call is not None else []
-    return bool(loud) and call.heard[-1].at - loud[-1] >= quiet_s
 
 
 def asked_of_model(seen: list[dict]) -> list[str]:

@@ -14,7 +14,7 @@ from devtools.speech import espeak, speak, words
 from duplex_agent.agent.telephony.amd import NO_GREETING_S
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
-from tests.support.heard import heard_to_the_end, phone_heard
+from tests.support.heard import heard_to_the_end, phone_heard, replied_and_quiet
 from tests.support.waits import until
 
 MACHINE = "+15551230003"
@@ -25,11 +25,6 @@ QUIET = "+15551230008"
 
 def loud_since(call, since: float) -> list[float]:
     return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
-
-
-def agent_spoke(call) -> bool:
-    """The phone heard the agent, and then a second with nothing loud."""
-    return call is not None and bool(loud_since(call, 0.0)) and call.heard[-1].at - loud_since(call, 0.0)[-1] > 1.0
 
 
 def spoken_to_first(server, number: str, waited_s: float) -> None:
@@ -71,7 +66,7 @@ async def test_voicemail_is_hung_up_on_and_a_person_is_not_even_one_who_says_not
     request = DialRequest(SAYS_NOTHING, trunk, voicemail="hang_up", quiet_answer_s=2.0)
     await livekit_server.add_phone(SAYS_NOTHING, Phone(rings_for_s=0.5, noise_dbfs=-45.0))
     await livekit_server.create_dispatch("says-nothing-call", AGENT_NAME, request.to_metadata())
-    await until(lambda: agent_spoke(livekit_server.sip_call_to(SAYS_NOTHING)), 60, "the agent to speak first")
+    await until(lambda: replied_and_quiet(livekit_server.sip_call_to(SAYS_NOTHING)), 60, "the agent to speak first")
     spoken_to_first(livekit_server, SAYS_NOTHING, NO_GREETING_S)
     await livekit_server.phone_hang_up(livekit_server.sip_call_to(SAYS_NOTHING).call_id)
     assert "Traceback" not in worker.log()
@@ -110,7 +105,7 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_is_
     request = DialRequest(SILENT, trunk, agent_speaks_first=True, greeting=GREETING)
     await livekit_server.create_dispatch("greet-call", AGENT_NAME, request.to_metadata())
 
-    await until(lambda: agent_spoke(livekit_server.sip_call_to(SILENT)), 120, "the agent's greeting, said to its end")
+    await until(lambda: replied_and_quiet(livekit_server.sip_call_to(SILENT)), 120, "the agent's greeting, said to its end")
     person = livekit_server.sip_call_to(SILENT)
     heard = phone_heard(person)
     assert heard_to_the_end(heard, GREETING), heard
@@ -120,7 +115,7 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_is_
     # quiet for the request's wait, the agent asks whether it can be heard.
     await livekit_server.add_phone(QUIET, Phone(rings_for_s=0.5))
     await livekit_server.create_dispatch("quiet-call", AGENT_NAME, DialRequest(QUIET, trunk, quiet_answer_s=2.0).to_metadata())
-    await until(lambda: agent_spoke(livekit_server.sip_call_to(QUIET)), 60, "the agent to speak into the quiet line")
+    await until(lambda: replied_and_quiet(livekit_server.sip_call_to(QUIET)), 60, "the agent to speak into the quiet line")
     spoken_to_first(livekit_server, QUIET, 2.0)
     await livekit_server.phone_hang_up(livekit_server.sip_call_to(QUIET).call_id)
     assert "Traceback" not in worker.log()
