@@ -88,6 +88,9 @@ def parse_session_created(data: dict[str, Any], *, model: str, max_sessions: int
         supports_resume=bool(caps.get("supports_session_resume", caps.get("supports_resume", False))),
         handles_overlap=bool(caps.get("handles_overlap", extended)),
         random_weights=bool(caps.get("random_weights", False)),
+        # Ours says whether its model says a given text (a greeting, a voicemail message); vLLM-Omni's
+        # models answer only what they hear.
+        speaks_given_text=bool(caps.get("speaks_given_text", False)),
         # vLLM-Omni names no tool capability. It carries tools for every plugin, but answers an output
         # only by continuing the model's own stage request (its ``maybe_continue_response``): a plugin
         # without a resumable request ends the turn at the output and refuses the ``response.create``

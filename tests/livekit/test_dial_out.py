@@ -1,8 +1,9 @@
 """Outbound calls: ``duplex-agent dial`` and a job's ``{"dial": ...}`` metadata make the worker call a
 phone through the loopback server's SIP service. Several calls go at once, as a deployed worker
 places them (one worker on a remote backend, a ``serve`` process): an answered call is served from
-its first word on its own line, one not answered ends the job with its reason in the log, /metrics
-and the room's events, and a phone hanging up mid-call leaves the other call going."""
+its first word on its own line, one answered in silence is spoken to first, one not answered ends
+the job with its reason in the log, /metrics and the room's events, and a phone hanging up mid-call
+leaves the other call going."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from devtools.speech import speak, words
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
 from tests.serve_process import environment
-from tests.support.heard import phone_heard
+from tests.support.heard import phone_heard, replied_and_quiet, spoken_to_first
 from tests.support.ports import free_port
 from tests.support.waits import until
 
 MARIA = "+15551230001"
 BUSY = "+15551230002"
 TOM = "+15551230003"
+SILENT = "+15551230004"
 
 
 async def run_cli(server, *args: str, secret: str | None = None) -> tuple[int, str]:
@@ -72,16 +74,17 @@ def heard_since(server, number: str, since: float = 0.0) -> list[str]:
     return words(phone_heard(server.sip_call_to(number), since))
 
 
-async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_own_line(
+async def test_four_calls_at_once_through_a_remote_backend_each_served_on_its_own_line(
         livekit_server, start_serve, ready_worker):
     backend = await start_serve(plugin="reference", max_sessions=4)
     metrics_port = free_port()
-    worker = await ready_worker(backend=backend.realtime_url, max_sessions=3,
+    worker = await ready_worker(backend=backend.realtime_url, max_sessions=4,
                                 extra=("--metrics-port", str(metrics_port)))
     trunk = await livekit_server.add_sip_trunk()
     await livekit_server.add_phone(MARIA, Phone(rings_for_s=0.5, greeting=speak("Good morning, Maria speaking.", 48000)))
     await livekit_server.add_phone(TOM, Phone(rings_for_s=0.8, greeting=speak("Hello, Tom speaking.", 48000)))
     await livekit_server.add_phone(BUSY, Phone(answer=Answer.BUSY, rings_for_s=0.5))
+    await livekit_server.add_phone(SILENT, Phone(rings_for_s=0.5, noise_dbfs=-45.0))
 
     # Bad input is refused before anything is dispatched.
     code, out = await run_cli(livekit_server, "5551230001", "--trunk", trunk)
@@ -90,15 +93,18 @@ async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_o
     assert code == 2 and "no outbound trunk 'ST_nosuchtrunk'" in out, out
     assert not livekit_server.dispatches
 
-    # Three calls at once: Maria's from the CLI (with a digit to dial once answered), Tom's and the
-    # busy one from jobs' metadata; the room of the busy call hears why it ended.
-    rooms = {MARIA: "call-maria", TOM: "call-tom", BUSY: "call-busy"}
+    # Four calls at once: Maria's from the CLI (with a digit to dial once answered), Tom's, the busy
+    # one and one answered by a person who says nothing from jobs' metadata; the room of the busy
+    # call hears why it ended.
+    rooms = {MARIA: "call-maria", TOM: "call-tom", BUSY: "call-busy", SILENT: "call-silent"}
     observer = RoomEvents()
     await observer.room.connect(livekit_server.url, livekit_server.mint_token("observer", rooms[BUSY]))
     (code, out), *_ = await asyncio.gather(
         run_cli(livekit_server, MARIA, "--trunk", trunk, "--room", rooms[MARIA], "--dtmf", "1"),
         *(livekit_server.create_dispatch(rooms[number], AGENT_NAME, DialRequest(number, trunk).to_metadata())
-          for number in (TOM, BUSY)))
+          for number in (TOM, BUSY)),
+        livekit_server.create_dispatch(rooms[SILENT], AGENT_NAME,
+                                       DialRequest(SILENT, trunk, quiet_answer_s=2.0).to_metadata()))
     assert code == 0 and rooms[MARIA] in out, out
     await until(lambda: job_ended(livekit_server, rooms[BUSY]), 60, "the busy call's job to end")
     await until(lambda: any(e.get("type") == "error" for e in observer.events), 10, "the room to hear why")
@@ -128,6 +134,12 @@ async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_o
 
     assert [k.digit for k in livekit_server.sip_call_to(MARIA).keys if k.source == "dial"] == ["1"]
 
+    # The silent line: once it was quiet for the request's wait, the backend's model asked whether
+    # it can be heard.
+    await until(lambda: replied_and_quiet(livekit_server.sip_call_to(SILENT)), 60, "the agent to speak into the silent line")
+    spoken_to_first(livekit_server.sip_call_to(SILENT), 2.0)
+    await livekit_server.phone_hang_up(livekit_server.sip_call_to(SILENT).call_id)
+
     # Maria hangs up; Tom's call goes on and is answered again.
     await livekit_server.phone_hang_up(livekit_server.sip_call_to(MARIA).call_id)
     await until(lambda: job_ended(livekit_server, rooms[MARIA]), 30, "Maria's job to end")
@@ -147,6 +159,6 @@ async def test_three_calls_at_once_through_a_remote_backend_each_served_on_its_o
     await livekit_server.phone_hang_up(tom.call_id)
     await until(lambda: job_ended(livekit_server, rooms[TOM]), 30, "Tom's job to end")
     text = await metrics(metrics_port)
-    assert 'duplex_dial_outcomes_total{outcome="answered"} 2.0' in text
+    assert 'duplex_dial_outcomes_total{outcome="answered"} 3.0' in text
     assert 'duplex_dial_outcomes_total{outcome="busy"} 1.0' in text
     assert "Traceback" not in worker.log() and "Traceback" not in backend.log()

@@ -10,30 +10,16 @@ import numpy as np
 
 from devtools.livekit_server.sip import Phone
 from devtools.phone_greetings import MACHINE_GREETINGS, beep, quiet
-from devtools.speech import espeak, speak, words
+from devtools.speech import espeak, speak
 from duplex_agent.agent.telephony.amd import NO_GREETING_S
 from duplex_agent.agent.telephony.dial_request import DialRequest
 from tests.livekit.conftest import AGENT_NAME
-from tests.support.heard import heard_to_the_end, phone_heard, replied_and_quiet
+from tests.support.heard import heard_to_the_end, loud_since, phone_heard, replied_and_quiet, spoken_to_first
 from tests.support.waits import until
 
 MACHINE = "+15551230003"
 PERSON = "+15551230004"
 SAYS_NOTHING = "+15551230007"
-QUIET = "+15551230008"
-
-
-def loud_since(call, since: float) -> list[float]:
-    return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
-
-
-def spoken_to_first(server, number: str, waited_s: float) -> None:
-    """The phone at ``number``, which said nothing, heard the agent ask whether it can be heard,
-    and not before ``waited_s`` after it answered."""
-    call = server.sip_call_to(number)
-    heard = words(phone_heard(call))
-    assert "hear" in heard, heard
-    assert loud_since(call, 0.0)[0] - call.answered_at >= waited_s, loud_since(call, 0.0)[0] - call.answered_at
 
 
 async def test_voicemail_is_hung_up_on_and_a_person_is_not_even_one_who_says_nothing(livekit_server, ready_worker):
@@ -67,7 +53,7 @@ async def test_voicemail_is_hung_up_on_and_a_person_is_not_even_one_who_says_not
     await livekit_server.add_phone(SAYS_NOTHING, Phone(rings_for_s=0.5, noise_dbfs=-45.0))
     await livekit_server.create_dispatch("says-nothing-call", AGENT_NAME, request.to_metadata())
     await until(lambda: replied_and_quiet(livekit_server.sip_call_to(SAYS_NOTHING)), 60, "the agent to speak first")
-    spoken_to_first(livekit_server, SAYS_NOTHING, NO_GREETING_S)
+    spoken_to_first(livekit_server.sip_call_to(SAYS_NOTHING), NO_GREETING_S)
     await livekit_server.phone_hang_up(livekit_server.sip_call_to(SAYS_NOTHING).call_id)
     assert "Traceback" not in worker.log()
 
@@ -111,11 +97,4 @@ async def test_voicemail_gets_the_message_after_the_beep_and_a_silent_person_is_
     assert heard_to_the_end(heard, GREETING), heard
     await livekit_server.phone_hang_up(person.call_id)
 
-    # A person who answers and waits, on a call with no greeting to say: once the line has been
-    # quiet for the request's wait, the agent asks whether it can be heard.
-    await livekit_server.add_phone(QUIET, Phone(rings_for_s=0.5))
-    await livekit_server.create_dispatch("quiet-call", AGENT_NAME, DialRequest(QUIET, trunk, quiet_answer_s=2.0).to_metadata())
-    await until(lambda: replied_and_quiet(livekit_server.sip_call_to(QUIET)), 60, "the agent to speak into the quiet line")
-    spoken_to_first(livekit_server, QUIET, 2.0)
-    await livekit_server.phone_hang_up(livekit_server.sip_call_to(QUIET).call_id)
     assert "Traceback" not in worker.log()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from duplex_agent.agent.remote.backend import RemoteBackend
 from duplex_agent.agent.remote.events import ServerMessageReader
 from duplex_agent.agent.remote.input import Outgoing, OutgoingQueue
 from duplex_agent.agent.remote.session import parse_session_created, translate_session_update
+from duplex_agent.plugins.contract import DuplexCapabilities
 
 from .fake_server import OMNI_CAPS, FakeServer, FakeSession, audio_delta, response_done, session_created
 
@@ -38,6 +40,19 @@ def test_capabilities_of_both_dialects():
     assert (caps.input_sample_rate, caps.unit_samples, caps.output_sample_rate) == (16000, 16000, 24000)
     assert caps.supports_resume and caps.supports_playback_ack and not caps.supports_barge_in
     assert caps.input_mode == "continuous"
+
+
+def test_every_capability_of_our_server_reaches_the_client_across_the_hop():
+    # Each flag set the other way from its default, so a field the client forgets to read fails here.
+    served = DuplexCapabilities(
+        plugin_id="reference", input_sample_rate=16000, unit_samples=1600, output_sample_rate=22050, max_sessions=4,
+        input_formats=("pcm16",), **{f.name: not f.default for f in fields(DuplexCapabilities) if f.type == "bool"})
+    remote = parse_session_created({"type": "session.created", "session": {
+        "id": "s", "input_audio_format": "pcm16", "capabilities": served.to_dict()}}, model="", max_sessions=2)
+    assert remote.capabilities == replace(served, max_sessions=2)
+
+    omni = parse_session_created(session_created(caps=OMNI_CAPS), model="", max_sessions=1).capabilities
+    assert not omni.speaks_given_text and not omni.random_weights
 
 
 def test_session_update_keeps_local_audio_fields_and_speaks_the_servers_policy_names():

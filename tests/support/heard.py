@@ -41,6 +41,20 @@ def phone_heard(call, since: float = 0.0, until: float | None = None) -> str:
     return transcribe(audio, call.rate)
 
 
+def loud_since(call, since: float) -> list[float]:
+    """When a loopback phone heard loud frames down its line, from ``since`` (monotonic s)."""
+    return [h.at for h in call.heard if h.at >= since and float(np.abs(h.samples).max()) > 0.05]
+
+
+def spoken_to_first(call, waited_s: float) -> None:
+    """The loopback phone of ``call``, which said nothing, heard the agent ask whether it can be
+    heard, and not before ``waited_s`` after it answered."""
+    heard = words(phone_heard(call))
+    assert "hear" in heard, heard
+    first = loud_since(call, 0.0)[0] - call.answered_at
+    assert first >= waited_s, f"the agent spoke {first:.2f} s after the answer"
+
+
 def replied_and_quiet(call, quiet_s: float = 1.0) -> bool:
     """A loopback phone (its ``CallRecord``, or None before the call) heard the agent speak, and
     nothing loud for ``quiet_s`` since."""
