@@ -9,27 +9,36 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 PYTEST_ARGS ?=
 LIVEKIT_PORT ?= 7880
-# Quiet installs. setuptools announces every editable install of a mapped package layout
-# ("Editable installation"; there is no setting for it). moshi's own pins are not met on
-# purpose (see install-moshi), so pip's conflict report would name them after every install:
-# it is off, and pip-check below reports any other broken requirement.
-PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet --no-warn-conflicts
+# The venvs are installed by uv, from the same registries and find-links folder pip is set to use
+# here: it unpacks wheels side by side and compiles their bytecode on every core, several times
+# faster than pip on torch and vLLM. The bytecode is compiled at install, as pip does, because
+# every test process imports these packages afresh. moshi's own pins are not met on purpose (see
+# install-moshi), so pip-check below reports any broken requirement but moshi's.
+UV_VERSION ?= 0.13.9
+UV_VENV := build/uv
+UV := $(UV_VENV)/bin/uv
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+uv_install = $(UV) pip install --quiet --compile-bytecode --python $(1) $(addprefix --find-links ,$(FIND_LINKS))
+PIP_INSTALL = $(call uv_install,$(BIN)/python)
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
 .PHONY: run livekit-dev livekit-agents-dev test test-venv test-venv-lint suite test-fast lint typecheck bench bench-quick figures install install-dev install-moshi omni-venv system-deps clean
 
+$(UV):
+	$(PYTHON) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/python -m pip install --quiet 'uv==$(UV_VERSION)'
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Reinstall when the project's requirements change. `run` takes the livekit extra too (about
 # 11 s and 130 MB beside the reference model's 880 MB), so `start` and `dev` work after it.
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python $(UV)
 	$(PIP_INSTALL) -e '.[reference,livekit]'
 	@$(PIP_CHECK)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python $(UV)
 	$(PIP_INSTALL) -e '.[reference,livekit,dev]'
 	@$(PIP_CHECK)
 	touch $@ $(VENV)/.installed-run
@@ -40,7 +49,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 # torch first and keeps it).
 MOSHI_VERSION ?= 0.2.13
 TORCH_VERSION ?= 2.13.0
-$(VENV)/.installed-moshi: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-moshi: pyproject.toml | $(BIN)/python $(UV)
 	$(BIN)/python -c 'import torch' 2>/dev/null || $(PIP_INSTALL) 'torch==$(TORCH_VERSION)'
 	$(PIP_INSTALL) -e '.[moshi]'
 	$(PIP_INSTALL) --no-deps 'moshi==$(MOSHI_VERSION)'
@@ -55,10 +64,10 @@ install-moshi: $(VENV)/.installed-moshi
 # (vllm and vllm-omni's own requirements would pull CUDA builds); torch resolves to the CPU wheel.
 OMNI_VENV ?= .venv-omni
 OMNI_REQUIREMENTS := devtools/omni_peer/requirements.txt
-$(OMNI_VENV)/.installed: $(OMNI_REQUIREMENTS)
+$(OMNI_VENV)/.installed: $(OMNI_REQUIREMENTS) | $(UV)
 	rm -rf $(OMNI_VENV)
 	$(PYTHON) -m venv $(OMNI_VENV)
-	$(OMNI_VENV)/bin/python -m pip install --quiet --no-deps -r $(OMNI_REQUIREMENTS)
+	$(call uv_install,$(OMNI_VENV)/bin/python) --no-deps -r $(OMNI_REQUIREMENTS)
 	$(OMNI_VENV)/bin/python -m devtools.omni_peer --check
 	touch $@
 
@@ -164,7 +173,7 @@ figures: | $(BIN)/python
 	$(BIN)/python -m bench.figures
 
 clean:
-	rm -rf $(VENV) $(OMNI_VENV) artifacts .pytest_cache frontend/node_modules
+	rm -rf $(VENV) $(OMNI_VENV) $(UV_VENV) artifacts .pytest_cache frontend/node_modules
 
 # The GPU check (bench/gpu_check.sh) for the day a GPU machine is lent. That machine has torch and
 # numpy and no network: gpu-wheels/ carries the rest (about 50 MB: the Moshi bench's wheels and the

@@ -66,7 +66,7 @@ def test_the_dry_run_prints_the_batch_and_load_figures(tmp_path):
 
 
 PROBE = r"""
-import importlib.metadata as md, json, sys
+import importlib.metadata as md, json, os, sys
 from pathlib import Path
 import bench.moshi_batch, bench.realtime_load
 import duplex_agent.agent.app.cli
@@ -79,9 +79,10 @@ settings = Settings(plugin="moshi", max_sessions=1, webrtc=False,
 build_app(build_backend(settings), settings, with_webrtc=settings.webrtc)
 owner = {}
 for dist in md.distributions():
+    name, base = dist.metadata["Name"], Path(dist.locate_file("")).resolve()
     for f in dist.files or []:
         if f.suffix in (".py", ".so") or ".so" in f.name:
-            owner[str(Path(dist.locate_file(f)).resolve())] = dist.metadata["Name"]
+            owner[os.path.normpath(base / f)] = name
 used = set()
 for module in list(sys.modules.values()):
     path = getattr(module, "__file__", None)
