@@ -114,11 +114,11 @@ livekit-agents-dev: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m devtools.livekit_dev --livekit-port $(LIVEKIT_PORT) \
 		--app examples/livekit_agents_app.py --host $(HOST) --port $(PORT)
 
-# The whole suite runs as three pytest processes side by side (devtools/split_suite.py); with
+# The whole suite runs as two pytest processes side by side (devtools/split_suite.py); with
 # PYTEST_ARGS, one pytest run of what they name.
 # The installs run side by side where they can: the project's venv (dev extra, then moshi: both
 # install into .venv, so one after the other) and then lint and types on it, beside the vLLM-Omni
-# venv and the Debian packages. All of it ends before the suite starts: beside
+# venv (the longest install) and the Debian packages. All of it ends before the suite starts: beside
 # the suite, a cold mypy's minute of CPU slowed the first real-time tests.
 test:
 	$(MAKE) --no-print-directory -j3 test-venv-lint omni-venv system-deps

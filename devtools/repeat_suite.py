@@ -58,7 +58,7 @@ def one_run(index: int, pytest_args: list[str]) -> tuple[int, list[str], float]:
     with (run_dir / "output.log").open("w") as log:
         status = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - started
-    if not pytest_args:  # each lane of the split suite wrote its own report
+    if not pytest_args:  # each half of the split suite wrote its own report
         for report in SPLIT_REPORTS.glob("*.xml"):
             shutil.copy(report, run_dir / report.name)
     reports = sorted(run_dir.glob("*.xml"))
