@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 PYTEST_ARGS ?=
 LIVEKIT_PORT ?= 7880
-# The venvs are installed by uv, from the same registries and find-links folder pip is set to use
+# The venvs are installed by uv, from the index and find-links folder pip is set to use
 # here: it unpacks wheels side by side and compiles their bytecode on every core, several times
 # faster than pip on torch and vLLM. The bytecode is compiled at install, as pip does, because
 # every test process imports these packages afresh. moshi's own pins are not met on purpose (see
@@ -18,7 +18,9 @@ UV_VERSION ?= 0.13.9
 UV_VENV := build/uv
 UV := $(UV_VENV)/bin/uv
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-uv_install = $(UV) pip install --quiet --compile-bytecode --python $(1) $(addprefix --find-links ,$(FIND_LINKS))
+INDEX_URL ?= $(or $(PIP_INDEX_URL),$(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null))
+uv_install = $(UV) pip install --quiet --compile-bytecode --python $(1) $(addprefix --find-links ,$(FIND_LINKS)) \
+	$(addprefix --index-url ,$(INDEX_URL))
 PIP_INSTALL = $(call uv_install,$(BIN)/python)
 PIP_CHECK = $(BIN)/python -m pip check | grep -v -e '^moshi ' -e '^No broken requirements' && exit 1 || true
 
