@@ -1,7 +1,7 @@
 """Our realtime endpoint with the scripted model, as a separate process a test can kill.
 
-Run: python -m tests.remote.server_process PORT [RESUME_GRACE_S]  (prints "ready" once it listens on
-127.0.0.1:PORT; without a grace its sessions are not resumable)
+Run: python -m tests.remote.server_process PORT [RESUME_GRACE_S]  (prints "ready PORT" once it listens
+on 127.0.0.1:PORT, the system's pick for port 0; without a grace its sessions are not resumable)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def main(port: int, resume_grace_s: float) -> None:
     runner = web.AppRunner(build_app(backend, Settings(resume_grace_s=resume_grace_s), with_webrtc=False))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("ready", flush=True)
+    print("ready", runner.addresses[0][1], flush=True)  # the port bound (the system's pick for port 0)
     await asyncio.Event().wait()
 
 

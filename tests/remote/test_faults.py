@@ -75,14 +75,16 @@ async def backends():
 # ---- a real server process, killed and restarted ----
 
 
-async def start_server_process(port: int, resume_grace_s: float = 0.0) -> asyncio.subprocess.Process:
+async def start_server_process(port: int = 0, resume_grace_s: float = 0.0) -> tuple[asyncio.subprocess.Process, int]:
+    """A server process and the port it listens on: ``port``, or with 0 one the system picks as it
+    binds (a port picked beforehand may be taken by another test's process before it binds)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.remote.server_process", str(port), str(resume_grace_s), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE)
     assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), 30)
-    assert line.strip() == b"ready"
-    return process
+    ready, _, bound = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().partition(" ")
+    assert ready == "ready", (ready, bound)
+    return process, int(bound)
 
 
 async def ask(conversation: RemoteConversation) -> None:
@@ -92,8 +94,7 @@ async def ask(conversation: RemoteConversation) -> None:
 
 
 async def test_server_killed_mid_reply_ends_cleanly_and_a_new_conversation_works_after_restart(backends):
-    port = free_port()
-    process = await start_server_process(port)
+    process, port = await start_server_process()
     try:
         backend = backends(f"ws://127.0.0.1:{port}/v1/realtime?duplex=1")
         await backend.start()
@@ -109,7 +110,7 @@ async def test_server_killed_mid_reply_ends_cleanly_and_a_new_conversation_works
         assert backend.active_sessions == 0
         assert await anext(conversation.events(), None) is None  # the end stays the end
 
-        process = await start_server_process(port)
+        process, _ = await start_server_process(port)
         again = await backend.open()
         await ask(again)
         seen = await events_until(again, "response.done", timeout=20)

@@ -29,7 +29,6 @@ from tests.remote.conversation_events import events_until
 from tests.remote.fake_server import OMNI_CAPS, FakeServer, FakeSession, session_created
 from tests.remote.test_faults import start_server_process
 from tests.support.audio import tone
-from tests.support.ports import free_port
 from tests.support.waits import until
 
 OPTIONS = RemoteOptions(connect_timeout_s=1.0, resume_backoff_s=0.05, resume_gives_up_unreachable=True)
@@ -55,10 +54,10 @@ async def hosts():
     started: list[asyncio.subprocess.Process] = []
 
     async def start(n: int) -> tuple[list[asyncio.subprocess.Process], list[str]]:
-        ports = [free_port() for _ in range(n)]
-        processes = await asyncio.gather(*(start_server_process(port, resume_grace_s=30) for port in ports))
+        servers = await asyncio.gather(*(start_server_process(resume_grace_s=30) for _ in range(n)))
+        processes = [process for process, _ in servers]
         started.extend(processes)
-        return list(processes), [f"ws://127.0.0.1:{port}/v1/realtime?duplex=1" for port in ports]
+        return processes, [f"ws://127.0.0.1:{port}/v1/realtime?duplex=1" for _, port in servers]
 
     yield start
     for process in started:
