@@ -58,5 +58,5 @@ def spoken_to_first(call, waited_s: float) -> None:
 def replied_and_quiet(call, quiet_s: float = 1.0) -> bool:
     """A loopback phone (its ``CallRecord``, or None before the call) heard the agent speak, and
     nothing loud for ``quiet_s`` since."""
-    loud = [h.at for h in call.heard if float(np.abs(h.samples).max()) > 0.05] if call is not None else []
+    loud = loud_since(call, 0.0) if call is not None else []
     return bool(loud) and call.heard[-1].at - loud[-1] >= quiet_s
